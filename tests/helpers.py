@@ -1,0 +1,90 @@
+"""Shared test helpers: dtypes and their tolerances, discriminating inputs, torch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+NO_SKIP = os.environ.get("JAXPOOL_NO_SKIP") == "1"
+
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+INPUT_KINDS = ["random", "ties", "nan", "inf"]
+
+# One rounding of each dtype: the tolerance for gradients that may be summed in
+# another order than the reference's (relative, on top of an absolute floor).
+RTOL = {"float16": 2**-10, "bfloat16": 2**-7, "float32": 2**-22, "float64": 2**-50}
+
+
+def np_dtype(name: str) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def precision(name: str):
+    """Context in which JAX keeps ``name`` (float64 needs x64)."""
+    return jax.enable_x64(True) if name == "float64" else contextlib.nullcontext()
+
+
+def require(module: str):
+    """Import an optional test dependency, or skip (fail under JAXPOOL_NO_SKIP=1)."""
+    try:
+        return __import__(module)
+    except ImportError as e:
+        reason = f"optional dependency {module!r} is not installed ({e})"
+        if NO_SKIP:
+            pytest.fail(f"{reason}; JAXPOOL_NO_SKIP=1 forbids skipping")
+        pytest.skip(reason)
+
+
+def make_input(rng: np.random.Generator, shape, dtype: str, kind: str) -> np.ndarray:
+    """Inputs built to discriminate between right and wrong selection rules.
+
+    random: distinct normal values. ties: small integers, so most windows hold
+    a tied maximum. nan: ties plus ~30% NaN, so many windows hold several NaNs.
+    inf: mostly -inf with some +inf and small integers, so there are windows of
+    only -inf (with padding around them) and windows whose max is +inf.
+    """
+    size = int(np.prod(shape))
+    if kind == "random":
+        x = rng.standard_normal(size)
+    elif kind == "ties":
+        x = rng.integers(-2, 3, size).astype(np.float64)
+    elif kind == "nan":
+        x = rng.integers(-2, 3, size).astype(np.float64)
+        x[rng.random(size) < 0.3] = np.nan
+    elif kind == "inf":
+        x = rng.choice([-np.inf, -np.inf, -np.inf, np.inf, -1.0, 0.0, 2.0], size)
+    else:
+        raise ValueError(kind)
+    return x.reshape(shape).astype(np_dtype(dtype))
+
+
+def cotangent(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    """Small-integer cotangents: their sums are exact in every dtype."""
+    return rng.integers(-3, 4, shape).astype(np_dtype(dtype))
+
+
+def assert_same(actual, expected, what: str = "") -> None:
+    """Bitwise equality (NaN equal to NaN), with the first mismatch reported."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.shape == e.shape, (what, a.shape, e.shape)
+    assert a.dtype == e.dtype, (what, a.dtype, e.dtype)
+    af, ef = a.astype(np.float64), e.astype(np.float64)
+    same = (af == ef) | (np.isnan(af) & np.isnan(ef))
+    if not same.all():
+        where = tuple(int(i) for i in np.argwhere(~same)[0])
+        pytest.fail(
+            f"{what}: {(~same).sum()} mismatches, first at {where}: "
+            f"{a[where]!r} != {e[where]!r}"
+        )
+
+
+def assert_close(actual, expected, dtype: str, what: str = "") -> None:
+    """Within one rounding of ``dtype`` of a float64 reference."""
+    a = np.asarray(actual).astype(np.float64)
+    e = np.asarray(expected).astype(np.float64)
+    np.testing.assert_allclose(a, e, rtol=RTOL[dtype], atol=RTOL[dtype], err_msg=what)

@@ -1,0 +1,162 @@
+"""Every bad argument raises at trace time, naming function, argument and value."""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpool
+
+FWD = "max_pool3d_with_argmax"
+BWD = "max_pool3d_with_argmax_backward"
+X = jnp.zeros((1, 2, 4, 4, 4))
+
+# (kwargs, exception, pattern after "<function>: ")
+BAD_POOL_ARGS = [
+    (dict(kernel_size=(2, 2)), ValueError, r"`kernel_size`.*\(2, 2\)"),
+    (dict(kernel_size=()), ValueError, r"`kernel_size`.*\(\)"),
+    (dict(kernel_size=0), ValueError, r"`kernel_size` must be positive.*0"),
+    (dict(kernel_size=(2, -1, 2)), ValueError, r"`kernel_size` must be positive.*-1"),
+    (dict(kernel_size=2.0), TypeError, r"`kernel_size` must contain ints, got 2.0"),
+    (dict(kernel_size=True), TypeError, r"`kernel_size` must contain ints, got True"),
+    (dict(kernel_size="2"), TypeError, r"`kernel_size` must contain ints, got '2'"),
+    (dict(kernel_size=2, stride=(1, 1)), ValueError, r"`stride`.*\(1, 1\)"),
+    (dict(kernel_size=2, stride=0), ValueError, r"`stride` must be positive.*0"),
+    (dict(kernel_size=2, stride=-2), ValueError, r"`stride` must be positive.*-2"),
+    (dict(kernel_size=2, padding=-1), ValueError, r"`padding`.*\(-1, -1, -1\)"),
+    (dict(kernel_size=3, padding=(1, 2, 1)), ValueError, r"`padding`.*\(1, 2, 1\)"),
+    (dict(kernel_size=2, padding=(0, 0)), ValueError, r"`padding`.*\(0, 0\)"),
+    (dict(kernel_size=2, dilation=0), ValueError, r"`dilation` must be positive.*0"),
+    (dict(kernel_size=2, dilation=(1, 1)), ValueError, r"`dilation`.*\(1, 1\)"),
+    (dict(kernel_size=2, ceil_mode=1), TypeError, r"`ceil_mode` must be a bool, got 1"),
+    (dict(kernel_size=5), ValueError, r"output size \(0, 0, 0\) is too small"),
+    (dict(kernel_size=2, dilation=4), ValueError, r"output size .* is too small"),
+]
+
+
+def _raises(exc, fn, pattern):
+    return pytest.raises(exc, match=re.escape(f"{fn}: ") + pattern)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("kwargs, exc, pattern", BAD_POOL_ARGS)
+def test_bad_window_arguments(kwargs, exc, pattern, jit):
+    fwd = partial(jaxpool.max_pool3d_with_argmax, **kwargs)
+    with _raises(exc, FWD, pattern):
+        (jax.jit(fwd) if jit else fwd)(X)
+    g = jnp.zeros((1, 2, 2, 2, 2))
+    bwd = partial(jaxpool.max_pool3d_with_argmax_backward, **kwargs)
+    with _raises(exc, BWD, pattern):
+        (jax.jit(bwd) if jit else bwd)(g, X, g.astype(jnp.int32))
+
+
+@pytest.mark.parametrize(
+    "x, exc, pattern",
+    [
+        (
+            jnp.zeros((2, 4, 4, 4), jnp.int32),
+            TypeError,
+            r"`x` must have a floating dtype, got int32",
+        ),
+        (
+            jnp.zeros((2, 4, 4, 4), bool),
+            TypeError,
+            r"`x` must have a floating dtype, got bool",
+        ),
+        (
+            jnp.zeros((4, 4, 4)),
+            ValueError,
+            r"`x` must have 4 or 5 dimensions.*\(4, 4, 4\)",
+        ),
+        (jnp.zeros((1, 1, 1, 4, 4, 4)), ValueError, r"`x` must have 4 or 5 dimensions"),
+        (
+            jnp.zeros((1, 2, 0, 4, 4)),
+            ValueError,
+            r"spatial sizes of `x` must be >= 1.*\(1, 2, 0, 4, 4\)",
+        ),
+    ],
+)
+def test_bad_input(x, exc, pattern):
+    with _raises(exc, FWD, pattern):
+        jaxpool.max_pool3d_with_argmax(x, 2)
+    with _raises(exc, FWD, pattern):
+        jax.jit(partial(jaxpool.max_pool3d_with_argmax, kernel_size=2))(x)
+    with _raises(exc, BWD, pattern):
+        jaxpool.max_pool3d_with_argmax_backward(
+            jnp.zeros((1, 1, 1, 1)), x, jnp.zeros((1, 1, 1, 1), jnp.int32), 2
+        )
+
+
+def test_huge_plane_is_rejected_before_indices_overflow():
+    x = jax.ShapeDtypeStruct((1, 1, 2048, 1024, 1024), jnp.bfloat16)
+    g = jax.ShapeDtypeStruct((1, 1, 1024, 512, 512), jnp.bfloat16)
+    with _raises(
+        ValueError,
+        BWD,
+        r"a spatial plane of `x` must have fewer than 2\*\*31 elements "
+        r"\(indices are int32\)",
+    ):
+        jax.eval_shape(
+            lambda g, i: jaxpool.max_pool3d_with_argmax_backward(g, x, i, 2),
+            g,
+            jax.ShapeDtypeStruct(g.shape, jnp.int32),
+        )
+
+
+@pytest.mark.parametrize(
+    "grad_output, indices, exc, pattern",
+    [
+        (
+            np.zeros((1, 2, 2, 2, 3)),
+            np.zeros((1, 2, 2, 2, 2), np.int32),
+            ValueError,
+            r"`grad_output` must have the forward output's shape \(1, 2, 2, 2, 2\), "
+            r"got shape \(1, 2, 2, 2, 3\)",
+        ),
+        (
+            np.zeros((1, 2, 2, 2, 2)),
+            np.zeros((2, 2, 2, 2), np.int32),
+            ValueError,
+            r"`indices` must have the forward output's shape .*"
+            r"got shape \(2, 2, 2, 2\)",
+        ),
+        (
+            np.zeros((1, 2, 2, 2, 2)),
+            np.zeros((1, 2, 2, 2, 2)),
+            TypeError,
+            r"`indices` must have an integer dtype, got float32",
+        ),
+        (
+            np.zeros((1, 2, 2, 2, 2)),
+            np.zeros((1, 2, 2, 2, 2), bool),
+            TypeError,
+            r"`indices` must have an integer dtype, got bool",
+        ),
+        (
+            np.zeros((1, 2, 2, 2, 2), np.int32),
+            np.zeros((1, 2, 2, 2, 2), np.int32),
+            TypeError,
+            r"`grad_output` must have a floating dtype, got int32",
+        ),
+    ],
+)
+def test_bad_backward_arrays(grad_output, indices, exc, pattern):
+    with _raises(exc, BWD, pattern):
+        jaxpool.max_pool3d_with_argmax_backward(grad_output, X, indices, 2)
+    with _raises(exc, BWD, pattern):
+        jax.jit(partial(jaxpool.max_pool3d_with_argmax_backward, kernel_size=2))(
+            grad_output, X, indices
+        )
+
+
+def test_shape_dtype_struct_x_must_be_floating():
+    x = jax.ShapeDtypeStruct(X.shape, jnp.int32)
+    with _raises(TypeError, BWD, r"`x` must have a floating dtype, got int32"):
+        jaxpool.max_pool3d_with_argmax_backward(
+            jnp.zeros((1, 2, 2, 2, 2)), x, jnp.zeros((1, 2, 2, 2, 2), jnp.int32), 2
+        )

@@ -1,0 +1,268 @@
+"""max_pool3d_with_argmax and its backward against the NumPy oracle, exactly."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    DTYPES,
+    INPUT_KINDS,
+    assert_same,
+    cotangent,
+    make_input,
+    np_dtype,
+    precision,
+)
+
+import jaxpool
+from jaxpool import reference
+
+
+def _triple(v, default=None):
+    if v is None or (isinstance(v, (tuple, list)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return (v,) * 3
+    return tuple(v) * 3 if len(v) == 1 else tuple(v)
+
+
+def oracle(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    k = _triple(kernel_size)
+    return reference.max_pool(
+        x, k, _triple(stride, k), _triple(padding), _triple(dilation), ceil_mode
+    )
+
+
+# (shape, kwargs): every argument form, ceil_mode where the last-window drop
+# fires, padding = k // 2, dilation 2 and 3 (with a window of no in-bounds tap),
+# stride > kernel, 4-D input, N = 0.
+CONFIGS = {
+    "k2-int": ((2, 3, 6, 7, 8), dict(kernel_size=2)),
+    "k2-len1-stride-empty": ((1, 2, 5, 6, 4), dict(kernel_size=(2,), stride=())),
+    "len3-all": (
+        (2, 2, 7, 6, 5),
+        dict(kernel_size=(3, 2, 2), stride=(2, 1, 3), padding=(1, 1, 0)),
+    ),
+    "k3-s2-p1-ceil": (
+        (1, 3, 6, 7, 8),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    ),
+    "ceil-drop-fires": (
+        (1, 2, 5, 5, 5),
+        dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),
+    ),
+    "k3-s1-p1": ((1, 2, 5, 6, 7), dict(kernel_size=3, stride=1, padding=1)),
+    "k4-s3-p2-ceil": (
+        (1, 2, 9, 8, 7),
+        dict(kernel_size=4, stride=3, padding=2, ceil_mode=True),
+    ),
+    "dilation2": ((1, 2, 7, 6, 8), dict(kernel_size=2, stride=1, dilation=2)),
+    "dilation3-empty-window": (
+        (1, 2, 2, 2, 2),
+        dict(kernel_size=2, stride=1, padding=1, dilation=3),
+    ),
+    "dilation-mixed": (
+        (2, 1, 6, 7, 8),
+        dict(
+            kernel_size=(1, 3, 2),
+            stride=(1, 2, 2),
+            padding=(0, 1, 1),
+            dilation=(1, 2, 3),
+            ceil_mode=True,
+        ),
+    ),
+    "stride-gt-kernel": ((1, 2, 8, 7, 9), dict(kernel_size=2, stride=3)),
+    "4d-input": ((3, 6, 5, 6), dict(kernel_size=2, padding=1)),
+    "n0": ((0, 2, 4, 4, 4), dict(kernel_size=2)),
+}
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_matches_oracle_exactly(name, dtype, kind):
+    shape, kwargs = CONFIGS[name]
+    rng = np.random.default_rng(abs(hash((name, dtype, kind))) % 2**32)
+    x = make_input(rng, shape, dtype, kind)
+    want_values, want_indices = oracle(x, **kwargs)
+    with precision(dtype):
+        (values, indices), vjp = jax.vjp(
+            lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs), jnp.asarray(x)
+        )
+        assert_same(values, want_values, "values")
+        assert_same(indices, want_indices, "indices")
+        # Small-integer cotangents sum exactly, so the gradient is exact too.
+        g = cotangent(rng, values.shape, dtype)
+        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
+        want_grad = reference.scatter_add(g, want_indices, shape[-3:])
+        assert_same(grad, want_grad.astype(np_dtype(dtype)), "grad")
+        standalone = jaxpool.max_pool3d_with_argmax_backward(g, x, indices, **kwargs)
+        assert_same(standalone, grad, "standalone backward")
+
+
+def test_ceil_mode_drops_window_starting_in_padding():
+    # L=5, k=2, s=2, p=1: ceil gives 4 windows, the 4th starts at 6 >= L + p.
+    x = jnp.arange(125.0).reshape(1, 1, 5, 5, 5)
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 2, 2, 1, ceil_mode=True)
+    assert values.shape == (1, 1, 3, 3, 3)
+    # Windows along d: taps (-1, 0), (1, 2), (3, 4); the dropped one is (5, 6).
+    assert indices[0, 0, :, 0, 0].tolist() == [0, 50, 100]  # d = 0, 2, 4
+    assert indices[0, 0, 2, 2, 2].tolist() == 124
+
+
+def test_window_without_in_bounds_tap():
+    # L=2, k=2, s=1, p=1, d=3: taps -1 and 2, both outside: -inf at index 14.
+    x = jnp.ones((1, 1, 2, 2, 2))
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 2, 1, 1, 3)
+    assert values.shape == (1, 1, 1, 1, 1)
+    assert values.item() == -np.inf
+    assert indices.item() == 2 * 4 + 2 * 2 + 2
+    grad = jaxpool.max_pool3d_with_argmax_backward(values + 5, x, indices, 2, 1, 1, 3)
+    assert_same(grad, np.zeros((1, 1, 2, 2, 2), np.float32), "dropped gradient")
+
+
+def test_all_neg_inf_window_takes_first_in_bounds_tap():
+    x = np.full((1, 1, 3, 3, 3), -np.inf, np.float32)
+    x[0, 0, 2, 2, 2] = 1.0
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)
+    # Window (0,0,0) covers taps -1..1 on each axis: first in-bounds tap is 0.
+    assert values[0, 0, 0, 0, 0] == -np.inf
+    assert indices[0, 0, 0, 0, 0] == 0
+    # Window (0,0,1) covers w = 1..3: first in-bounds tap w = 1.
+    assert indices[0, 0, 0, 0, 1] == 1
+    assert values[0, 0, 1, 1, 1] == 1.0 and indices[0, 0, 1, 1, 1] == 26
+
+
+def test_padding_is_neg_inf_not_zero():
+    x = -1.0 - jnp.arange(8.0).reshape(1, 1, 2, 2, 2)
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 2, 2, 1)
+    assert values.ravel().tolist() == (-1.0 - jnp.arange(8.0)).tolist()
+    assert indices.ravel().tolist() == list(range(8))
+
+
+def test_ties_keep_first_and_nan_keeps_last():
+    x = np.zeros((1, 1, 2, 2, 2), np.float32)
+    _, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+    assert indices.item() == 0
+    x[0, 0, 0, 1, 0] = x[0, 0, 1, 0, 1] = 5.0
+    _, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+    assert indices.item() == 2
+    x[0, 0, 0, 0, 1] = x[0, 0, 1, 0, 0] = np.nan
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+    assert np.isnan(values.item()) and indices.item() == 4
+
+
+def test_four_d_input_matches_five_d():
+    x = make_input(np.random.default_rng(1), (3, 5, 6, 7), "float32", "ties")
+    v4, i4 = jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)
+    v5, i5 = jaxpool.max_pool3d_with_argmax(x[None], 3, 2, 1)
+    assert v4.shape == i4.shape == (3, 3, 3, 4)
+    assert_same(v4, v5[0]) and assert_same(i4, i5[0])
+    g = jaxpool.max_pool3d_with_argmax_backward(v4, x, i4, 3, 2, 1)
+    assert g.shape == x.shape
+
+
+def test_empty_batch():
+    x = jnp.zeros((0, 4, 6, 6, 6), jnp.bfloat16)
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+    assert values.shape == indices.shape == (0, 4, 3, 3, 3)
+    assert values.dtype == jnp.bfloat16 and indices.dtype == jnp.int32
+    grad = jax.grad(lambda x: jaxpool.max_pool3d_with_argmax(x, 2)[0].sum())(x)
+    assert grad.shape == x.shape and grad.dtype == x.dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtypes_are_kept(dtype):
+    with precision(dtype):
+        x = jnp.ones((1, 1, 4, 4, 4), np_dtype(dtype))
+        values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+        grad = jax.grad(lambda x: jaxpool.max_pool3d_with_argmax(x, 2)[0].sum())(x)
+    assert values.dtype == x.dtype and grad.dtype == x.dtype
+    assert indices.dtype == jnp.int32
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_gradients_accumulate_in_float32(dtype):
+    # One element chosen by all 27 overlapping windows; 1 + 2**-7 per window.
+    # A 16-bit running sum drifts from the float64 sum rounded once.
+    x = np.zeros((1, 1, 5, 5, 5), np_dtype(dtype))
+    x[0, 0, 2, 2, 2] = 1.0
+    _, indices = jaxpool.max_pool3d_with_argmax(x, 3, 1, 0)
+    assert (np.asarray(indices) == 62).all() and indices.size == 27
+    g = np.full(indices.shape, 1 + 2**-7, np_dtype(dtype))
+    grad = jaxpool.max_pool3d_with_argmax_backward(g, x, indices, 3, 1, 0)
+    exact = np.asarray(27 * (1 + 2**-7), np_dtype(dtype))
+    running = np.zeros((), np_dtype(dtype))
+    for v in g.ravel():
+        running = (running + v).astype(np_dtype(dtype))
+    assert running != exact  # the test discriminates
+    assert np.asarray(grad)[0, 0, 2, 2, 2] == exact
+
+
+class TestBackwardIndices:
+    """Only ``indices`` decides where gradients go; bad ones are dropped."""
+
+    def test_out_of_plane_indices_are_dropped_never_wrapped(self):
+        x = jax.ShapeDtypeStruct((2, 2, 2, 2, 2), jnp.float32)
+        indices = np.zeros((2, 2, 1, 1, 1), np.int64)  # int64, as torch gives
+        indices[0, 0] = -1  # would wrap to 7
+        indices[0, 1] = 8  # == plane size: the next plane's first element
+        indices[1, 0] = 2**31 - 1
+        indices[1, 1] = 3
+        g = np.full((2, 2, 1, 1, 1), 2.0, np.float32)
+        for fn in (
+            jaxpool.max_pool3d_with_argmax_backward,
+            jax.jit(jaxpool.max_pool3d_with_argmax_backward, static_argnums=(1, 3)),
+        ):
+            grad = fn(g, x, indices, 2)
+            want = np.zeros((2, 2, 8), np.float32)
+            want[1, 1, 3] = 2.0
+            assert_same(grad, want.reshape(2, 2, 2, 2, 2))
+
+    def test_any_in_plane_index_is_honoured_and_summed(self):
+        x = jnp.zeros((1, 1, 4, 4, 4))
+        indices = jnp.array([0, 63, 63, 5, 5, 5, 40, 0]).reshape(1, 1, 2, 2, 2)
+        g = jnp.arange(1.0, 9.0).reshape(1, 1, 2, 2, 2)
+        grad = jaxpool.max_pool3d_with_argmax_backward(g, x, indices, 2)
+        want = np.zeros(64, np.float32)
+        want[[0, 63, 5, 40]] = [1 + 8, 2 + 3, 4 + 5 + 6, 7]
+        assert_same(grad, want.reshape(1, 1, 4, 4, 4))
+
+    @pytest.mark.parametrize("dtype", ["uint8", "int16", "int32"])
+    def test_integer_index_dtypes(self, dtype):
+        x = jnp.zeros((1, 1, 2, 2, 2))
+        indices = np.array(5, dtype).reshape(1, 1, 1, 1, 1)
+        grad = jaxpool.max_pool3d_with_argmax_backward(
+            jnp.ones((1,) * 5), x, indices, 2
+        )
+        assert np.asarray(grad).ravel().tolist() == [0, 0, 0, 0, 0, 1, 0, 0]
+
+
+def test_vjp_residuals_are_the_indices_only():
+    x = jnp.asarray(
+        make_input(np.random.default_rng(2), (1, 2, 6, 6, 6), "float32", "random")
+    )
+    _, vjp = jax.vjp(lambda x: jaxpool.max_pool3d_with_argmax(x, 2)[0], x)
+    leaves = jax.tree_util.tree_leaves(vjp)
+    assert [leaf.dtype for leaf in leaves] == [jnp.int32]
+    assert leaves[0].shape == (1, 2, 3, 3, 3)
+
+
+@pytest.mark.parametrize("index_ct", ["float0", "int32"])
+def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
+    from jaxpool._max_pool3d import _pool
+
+    x = jnp.asarray(
+        make_input(np.random.default_rng(3), (1, 1, 4, 4, 4), "float32", "random")
+    )
+    (values, indices), vjp = jax.vjp(lambda x: jaxpool.max_pool3d_with_argmax(x, 2), x)
+    ct = np.zeros(
+        indices.shape, jax.dtypes.float0 if index_ct == "float0" else np.int32
+    )
+    (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
+    spec = jaxpool._spec.pool_spec("t", x.shape, 3, 2, None, 0, 1, False)
+    (grad,) = _pool.bwd(spec, indices, (jnp.ones_like(values), ct))
+    assert_same(grad, want)
+    assert float(grad.sum()) == values.size
