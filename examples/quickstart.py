@@ -39,6 +39,18 @@ def main() -> None:
     assert (np.asarray(indices) == want_indices).all()
     print("matches jaxpool.reference: yes")
 
+    # Adaptive pooling: any input size to any output size, windows chosen for you.
+    image = jax.random.normal(jax.random.key(1), (1, 3, 10, 9))
+    pooled, where = jaxpool.adaptive_max_pool2d(image, (3, 4))
+    print(
+        "adaptive 10x9 -> 3x4:", pooled.shape, "indices h*W + w:", where[0, 0].tolist()
+    )
+    want_pooled, want_where = reference.adaptive_max_pool(np.asarray(image), (3, 4))
+    assert (np.asarray(pooled) == want_pooled).all()
+    assert (np.asarray(where) == want_where).all()
+    grad = jaxpool.adaptive_max_pool2d_backward(jnp.ones_like(pooled), image, where)
+    print("adaptive backward: gradient sums to", float(grad.sum()), "(one per window)")
+
 
 if __name__ == "__main__":
     main()

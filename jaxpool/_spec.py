@@ -265,6 +265,43 @@ def pool_spec(
     return PoolSpec(spatial, out, k, s, p, d, ceil)
 
 
+def adaptive_spec(
+    fn: str, shape: tuple[int, ...], nd: int, output_size: Any
+) -> AdaptiveSpec:
+    """Validate an adaptive pool's ``output_size`` for an input of ``shape``.
+
+    ``output_size`` is an int or a sequence of ``nd`` entries, each an int >= 1
+    or ``None`` (keep that input size).
+    """
+    spatial = split_shape(fn, shape, nd)
+    if output_size is None:
+        raise TypeError(
+            f"{fn}: `output_size` must be an int or a sequence of {nd} ints or "
+            f"None, got None"
+        )
+    if isinstance(output_size, Tracer):
+        items: tuple[Any, ...] = (output_size,) * nd
+    elif isinstance(output_size, Sequence):
+        items = tuple(output_size)
+    else:
+        items = (output_size,) * nd
+    if len(items) != nd:
+        raise ValueError(
+            f"{fn}: `output_size` must be an int or a sequence of {nd} entries, "
+            f"got {output_size!r}"
+        )
+    out = tuple(
+        size if item is None else _static_int(fn, "output_size", output_size, item)
+        for size, item in zip(spatial, items, strict=True)
+    )
+    if min(out) < 1:
+        raise ValueError(
+            f"{fn}: `output_size` entries must be >= 1 (or None), "
+            f"got output_size={output_size!r}"
+        )
+    return AdaptiveSpec(spatial, out)
+
+
 def check_backward(
     fn: str, out_shape: tuple[int, ...], grad_output: jax.Array, indices: jax.Array
 ) -> None:
@@ -275,3 +312,24 @@ def check_backward(
                 f"{fn}: `{name}` must have the forward output's shape {out_shape}, "
                 f"got shape {tuple(arr.shape)}"
             )
+
+
+def adaptive_out_shape(
+    fn: str, x_shape: tuple[int, ...], nd: int, grad_output: jax.Array
+) -> tuple[int, ...]:
+    """The forward output shape an adaptive backward's ``grad_output`` implies.
+
+    Leading axes must match ``x``'s and every spatial size must be >= 1.
+    """
+    lead = x_shape[: len(x_shape) - nd]
+    shape = tuple(grad_output.shape)
+    if (
+        shape[: len(shape) - nd] != lead
+        or len(shape) != len(x_shape)
+        or 0 in shape[len(shape) - nd :]
+    ):
+        raise ValueError(
+            f"{fn}: `grad_output` must have shape {lead} + ({nd} output sizes >= 1) "
+            f"for `x` of shape {x_shape}, got shape {shape}"
+        )
+    return shape

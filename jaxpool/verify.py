@@ -91,8 +91,33 @@ def _max_pool3d_cases(quick: bool) -> Iterator[Case]:
         )
 
 
+def _adaptive_max_pool2d_cases(quick: bool) -> Iterator[Case]:
+    configs = [
+        ((2, 3, 16, 16), (4, 4)),  # integer ratio: a strided pool
+        ((2, 3, 10, 9), (3, 4)),  # overlapping windows
+        ((2, 3, 97, 131), (13, 17)),
+        ((1, 2, 5, 7), (8, 11)),  # output larger than input
+        ((3, 50, 50), (7, 7)),
+    ]
+    for shape, out in configs[:3] if quick else configs:
+
+        def torch_fn(torch, x, out=out):
+            return torch.nn.functional.adaptive_max_pool2d(x, out, return_indices=True)
+
+        yield Case(
+            "adaptive_max_pool2d",
+            f"{'x'.join(map(str, shape))} -> {out[0]}x{out[1]}",
+            shape,
+            2,
+            lambda x, out=out: jaxpool.adaptive_max_pool2d(x, out),
+            lambda x, out=out: reference.adaptive_max_pool(x, out),
+            torch_fn,
+        )
+
+
 OPS: dict[str, Callable[[bool], Iterator[Case]]] = {
     "max_pool3d_with_argmax": _max_pool3d_cases,
+    "adaptive_max_pool2d": _adaptive_max_pool2d_cases,
 }
 
 

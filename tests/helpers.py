@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import zlib
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+
+from jaxpool import reference
 
 NO_SKIP = os.environ.get("JAXPOOL_NO_SKIP") == "1"
 
@@ -27,6 +31,11 @@ def np_dtype(name: str) -> np.dtype:
 def precision(name: str):
     """Context in which JAX keeps ``name`` (float64 needs x64)."""
     return jax.enable_x64(True) if name == "float64" else contextlib.nullcontext()
+
+
+def rng_for(*key: str) -> np.random.Generator:
+    """A generator seeded by the test's parameters, the same in every run."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def require(module: str):
@@ -88,3 +97,35 @@ def assert_close(actual, expected, dtype: str, what: str = "") -> None:
     a = np.asarray(actual).astype(np.float64)
     e = np.asarray(expected).astype(np.float64)
     np.testing.assert_allclose(a, e, rtol=RTOL[dtype], atol=RTOL[dtype], err_msg=what)
+
+
+def to_torch(torch, x: np.ndarray):
+    if x.dtype == np_dtype("bfloat16"):
+        return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def from_torch(torch, t) -> np.ndarray:
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(np_dtype("bfloat16"))
+    return t.numpy()
+
+
+def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
+    """Forward values/indices and both gradient paths equal the oracle, bitwise.
+
+    ``forward(x) -> (values, indices)`` and ``backward(g, x, indices)`` are the
+    op's; ``want`` is the oracle's ``(values, indices)``. Small-integer
+    cotangents sum exactly, so the gradient is compared exactly too.
+    """
+    want_values, want_indices = want
+    with precision(dtype):
+        (values, indices), vjp = jax.vjp(forward, jnp.asarray(x))
+        assert_same(values, want_values, "values")
+        assert_same(indices, want_indices, "indices")
+        g = cotangent(rng, values.shape, dtype)
+        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
+        want_grad = reference.scatter_add(g, want_indices, x.shape[x.ndim - nd :])
+        assert_same(grad, want_grad.astype(np_dtype(dtype)), "grad")
+        assert_same(backward(g, x, indices), grad, "standalone backward")

@@ -160,3 +160,98 @@ def test_shape_dtype_struct_x_must_be_floating():
         jaxpool.max_pool3d_with_argmax_backward(
             jnp.zeros((1, 2, 2, 2, 2)), x, jnp.zeros((1, 2, 2, 2, 2), jnp.int32), 2
         )
+
+
+AFWD = "adaptive_max_pool2d"
+ABWD = "adaptive_max_pool2d_backward"
+X2 = jnp.zeros((2, 3, 8, 9))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize(
+    "output_size, exc, pattern",
+    [
+        ((2, 2, 2), ValueError, r"`output_size` must be an int or a sequence of 2"),
+        ((3,), ValueError, r"`output_size` must be an int or a sequence of 2.*\(3,\)"),
+        (0, ValueError, r"`output_size` entries must be >= 1.*output_size=0"),
+        ((2, -1), ValueError, r"`output_size` entries must be >= 1.*\(2, -1\)"),
+        ((2.0, 3), TypeError, r"`output_size` must contain ints, got \(2.0, 3\)"),
+        ("ab", TypeError, r"`output_size` must contain ints, got 'ab'"),
+        (None, TypeError, r"`output_size` must be an int or a sequence .* got None"),
+    ],
+)
+def test_adaptive_bad_output_size(output_size, exc, pattern, jit):
+    fn = partial(jaxpool.adaptive_max_pool2d, output_size=output_size)
+    with _raises(exc, AFWD, pattern):
+        (jax.jit(fn) if jit else fn)(X2)
+
+
+def test_adaptive_traced_output_size():
+    with _raises(TypeError, AFWD, r"`output_size` must be a static .*static_argnames"):
+        jax.jit(jaxpool.adaptive_max_pool2d)(X2, 3)
+
+
+@pytest.mark.parametrize(
+    "x, exc, pattern",
+    [
+        (jnp.zeros((2, 8, 9), jnp.int8), TypeError, r"`x` must have a floating dtype"),
+        (jnp.zeros((8, 9)), ValueError, r"`x` must have 3 or 4 dimensions.*\(8, 9\)"),
+        (jnp.zeros((1, 2, 3, 8, 9)), ValueError, r"`x` must have 3 or 4 dimensions"),
+        (jnp.zeros((2, 3, 0, 9)), ValueError, r"spatial sizes of `x` must be >= 1"),
+    ],
+)
+def test_adaptive_bad_input(x, exc, pattern):
+    with _raises(exc, AFWD, pattern):
+        jaxpool.adaptive_max_pool2d(x, 2)
+    with _raises(exc, ABWD, pattern):
+        jaxpool.adaptive_max_pool2d_backward(
+            jnp.zeros((2, 3, 2, 2)), x, jnp.zeros((2, 3, 2, 2), jnp.int32)
+        )
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize(
+    "grad_output, indices, exc, pattern",
+    [
+        (
+            np.zeros((2, 4, 2, 2)),
+            np.zeros((2, 4, 2, 2), np.int32),
+            ValueError,
+            r"`grad_output` must have shape \(2, 3\) \+ \(2 output sizes >= 1\)",
+        ),
+        (
+            np.zeros((3, 2, 2)),
+            np.zeros((3, 2, 2), np.int32),
+            ValueError,
+            r"`grad_output` must have shape .*got shape \(3, 2, 2\)",
+        ),
+        (
+            np.zeros((2, 3, 0, 2)),
+            np.zeros((2, 3, 0, 2), np.int32),
+            ValueError,
+            r"`grad_output` must have shape .*got shape \(2, 3, 0, 2\)",
+        ),
+        (
+            np.zeros((2, 3, 2, 2)),
+            np.zeros((2, 3, 2, 3), np.int32),
+            ValueError,
+            r"`indices` must have the forward output's shape \(2, 3, 2, 2\)",
+        ),
+        (
+            np.zeros((2, 3, 2, 2)),
+            np.zeros((2, 3, 2, 2)),
+            TypeError,
+            r"`indices` must have an integer dtype, got float32",
+        ),
+        (
+            np.zeros((2, 3, 2, 2), np.int32),
+            np.zeros((2, 3, 2, 2), np.int32),
+            TypeError,
+            r"`grad_output` must have a floating dtype, got int32",
+        ),
+    ],
+)
+def test_adaptive_bad_backward_arrays(grad_output, indices, exc, pattern, jit):
+    fn = jaxpool.adaptive_max_pool2d_backward
+    with _raises(exc, ABWD, pattern):
+        (jax.jit(fn) if jit else fn)(grad_output, X2, indices)

@@ -17,3 +17,4 @@ def test_quickstart():
     )
     assert "matches jaxpool.reference: yes" in result.stdout
     assert "ones at the 16 argmax positions" in result.stdout
+    assert "gradient sums to 36.0" in result.stdout

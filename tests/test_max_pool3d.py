@@ -10,10 +10,11 @@ from helpers import (
     DTYPES,
     INPUT_KINDS,
     assert_same,
-    cotangent,
+    check_against_oracle,
     make_input,
     np_dtype,
     precision,
+    rng_for,
 )
 
 import jaxpool
@@ -84,22 +85,17 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_matches_oracle_exactly(name, dtype, kind):
     shape, kwargs = CONFIGS[name]
-    rng = np.random.default_rng(abs(hash((name, dtype, kind))) % 2**32)
+    rng = rng_for(name, dtype, kind)
     x = make_input(rng, shape, dtype, kind)
-    want_values, want_indices = oracle(x, **kwargs)
-    with precision(dtype):
-        (values, indices), vjp = jax.vjp(
-            lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs), jnp.asarray(x)
-        )
-        assert_same(values, want_values, "values")
-        assert_same(indices, want_indices, "indices")
-        # Small-integer cotangents sum exactly, so the gradient is exact too.
-        g = cotangent(rng, values.shape, dtype)
-        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
-        want_grad = reference.scatter_add(g, want_indices, shape[-3:])
-        assert_same(grad, want_grad.astype(np_dtype(dtype)), "grad")
-        standalone = jaxpool.max_pool3d_with_argmax_backward(g, x, indices, **kwargs)
-        assert_same(standalone, grad, "standalone backward")
+    check_against_oracle(
+        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs),
+        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(g, x, i, **kwargs),
+        x,
+        oracle(x, **kwargs),
+        3,
+        rng,
+        dtype,
+    )
 
 
 def test_ceil_mode_drops_window_starting_in_padding():

@@ -11,10 +11,12 @@ from helpers import (
     INPUT_KINDS,
     assert_close,
     assert_same,
+    from_torch,
     make_input,
     np_dtype,
     precision,
     require,
+    to_torch,
 )
 
 import jaxpool
@@ -24,19 +26,6 @@ from jaxpool import reference
 @pytest.fixture(scope="module")
 def torch():
     return require("torch")
-
-
-def to_torch(torch, x: np.ndarray):
-    if x.dtype == np_dtype("bfloat16"):
-        return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(x))
-
-
-def from_torch(torch, t) -> np.ndarray:
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(np_dtype("bfloat16"))
-    return t.numpy()
 
 
 POOL3D = [
@@ -63,31 +52,27 @@ def torch_pool3d(
     )
 
 
-@pytest.mark.parametrize("kind", INPUT_KINDS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", range(len(POOL3D)))
-def test_max_pool3d_matches_torch(torch, case, dtype, kind):
-    shape, kwargs = POOL3D[case]
-    rng = np.random.default_rng(
-        case * 100 + DTYPES.index(dtype) * 10 + INPUT_KINDS.index(kind)
-    )
-    x = make_input(rng, shape, dtype, kind)
+def compare(torch, forward, torch_forward, backward, x, nd, rng, dtype):
+    """Values and indices identical to torch's; gradients within rounding.
+
+    ``forward(x)`` and ``backward(g, x, indices)`` are jaxpool's,
+    ``torch_forward(xt)`` torch's ``(values, indices)``.
+    """
     xt = to_torch(torch, x).requires_grad_()
-    tv, ti = torch_pool3d(torch, xt, **kwargs)
+    tv, ti = torch_forward(xt)
     g = rng.standard_normal(tv.shape).astype(np_dtype(dtype))
     # torch's CPU backward does not bounds-check: an out-of-plane index writes
     # into the next plane (or past the buffer). We drop it (SPEC.md), so compare
     # such gradients with the oracle only, and never run torch's backward there.
-    in_plane = bool((ti < np.prod(shape[-3:])).all())
+    spatial = x.shape[x.ndim - nd :]
+    in_plane = bool((ti < np.prod(spatial)).all())
     if in_plane:
         tv.backward(to_torch(torch, g))
     with precision(dtype):
-        (values, indices), vjp = jax.vjp(
-            lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs), jnp.asarray(x)
-        )
+        (values, indices), vjp = jax.vjp(forward, jnp.asarray(x))
         (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
         # Indices straight from torch (int64) drive our backward to the same place.
-        standalone = jaxpool.max_pool3d_with_argmax_backward(g, x, ti.numpy(), **kwargs)
+        standalone = backward(g, x, ti.numpy())
     assert_same(values, from_torch(torch, tv), "values")
     assert_same(indices, ti.numpy().astype(np.int32), "indices")
     assert_same(standalone, grad, "backward from torch's indices")
@@ -96,5 +81,57 @@ def test_max_pool3d_matches_torch(torch, case, dtype, kind):
     else:
         # torch's 16-bit CPU backward accumulates in 16 bits; compare with a
         # float64 scatter of the same indices instead, within one rounding.
-        exact = reference.scatter_add(g, ti.numpy(), shape[-3:])
+        exact = reference.scatter_add(g, ti.numpy(), spatial)
         assert_close(grad, exact, dtype, "grad vs float64 scatter")
+
+
+def _seed(*parts: int) -> np.random.Generator:
+    return np.random.default_rng(list(parts))
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(POOL3D)))
+def test_max_pool3d_matches_torch(torch, case, dtype, kind):
+    shape, kwargs = POOL3D[case]
+    rng = _seed(3, case, DTYPES.index(dtype), INPUT_KINDS.index(kind))
+    compare(
+        torch,
+        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs),
+        lambda xt: torch_pool3d(torch, xt, **kwargs),
+        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(g, x, i, **kwargs),
+        make_input(rng, shape, dtype, kind),
+        3,
+        rng,
+        dtype,
+    )
+
+
+ADAPTIVE = [
+    ((2, 3, 10, 9), (3, 4)),
+    ((2, 2, 8, 8), (4, 2)),
+    ((1, 2, 5, 7), (8, 11)),
+    ((2, 2, 6, 7), (None, 3)),
+    ((3, 7, 9), 4),
+    ((1, 2, 50, 50), 7),
+]
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(ADAPTIVE)))
+def test_adaptive_max_pool2d_matches_torch(torch, case, dtype, kind):
+    shape, output_size = ADAPTIVE[case]
+    rng = _seed(2, case, DTYPES.index(dtype), INPUT_KINDS.index(kind))
+    compare(
+        torch,
+        lambda x: jaxpool.adaptive_max_pool2d(x, output_size),
+        lambda xt: torch.nn.functional.adaptive_max_pool2d(
+            xt, output_size, return_indices=True
+        ),
+        jaxpool.adaptive_max_pool2d_backward,
+        make_input(rng, shape, dtype, kind),
+        2,
+        rng,
+        dtype,
+    )

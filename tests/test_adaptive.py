@@ -1,0 +1,143 @@
+"""adaptive_max_pool2d and its backward against the NumPy oracle and PyTorch."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    DTYPES,
+    INPUT_KINDS,
+    assert_close,
+    assert_same,
+    check_against_oracle,
+    make_input,
+    require,
+    rng_for,
+)
+from jax.test_util import check_grads
+
+import jaxpool
+from jaxpool import reference
+
+# (input shape, output_size, resolved output size)
+CONFIGS = {
+    "integer-ratio": ((2, 3, 8, 8), (4, 2), (4, 2)),
+    "non-integer": ((2, 3, 10, 9), (3, 4), (3, 4)),
+    "out-larger-than-in": ((1, 2, 5, 7), (8, 11), (8, 11)),
+    "none-entry": ((2, 2, 6, 7), (None, 3), (6, 3)),
+    "int-size": ((1, 3, 9, 11), 4, (4, 4)),
+    "global": ((2, 2, 5, 6), 1, (1, 1)),
+    "uniform-overlap-50to7": ((1, 2, 50, 50), 7, (7, 7)),
+    "97x131-to-13x17": ((1, 2, 97, 131), (13, 17), (13, 17)),
+    "3d-input": ((3, 7, 9), (2, 4), (2, 4)),
+    "n0": ((0, 3, 6, 6), (4, 4), (4, 4)),
+}
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_matches_oracle_exactly(name, dtype, kind):
+    shape, output_size, out = CONFIGS[name]
+    rng = rng_for(name, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    check_against_oracle(
+        lambda x: jaxpool.adaptive_max_pool2d(x, output_size),
+        jaxpool.adaptive_max_pool2d_backward,
+        x,
+        reference.adaptive_max_pool(x, out),
+        2,
+        rng,
+        dtype,
+    )
+
+
+def test_windows_follow_the_exact_integer_formula():
+    # 10 -> 3: [0, 4), [3, 7), [6, 10): overlapping, and not the vendor's typo.
+    x = jnp.zeros((1, 1, 10, 1)).at[0, 0, 3, 0].set(1.0).at[0, 0, 6, 0].set(2.0)
+    values, indices = jaxpool.adaptive_max_pool2d(x, (3, 1))
+    assert values.ravel().tolist() == [1.0, 2.0, 2.0]
+    assert indices.ravel().tolist() == [3, 6, 6]
+    # Output larger than input: windows repeat elements.
+    values, indices = jaxpool.adaptive_max_pool2d(
+        jnp.arange(2.0).reshape(1, 2, 1), (3, 1)
+    )
+    assert indices.ravel().tolist() == [0, 1, 1]  # [0,1), [0,2), [1,2)
+
+
+def test_integer_ratio_is_a_plain_strided_pool():
+    # Uniform windows reuse the strided-slice path: no gather in the program.
+    x = jnp.zeros((2, 3, 56, 56))
+    jaxpr = str(jax.make_jaxpr(lambda x: jaxpool.adaptive_max_pool2d(x, 7))(x))
+    assert "gather" not in jaxpr
+    jaxpr = str(jax.make_jaxpr(lambda x: jaxpool.adaptive_max_pool2d(x, (7, 6)))(x))
+    assert "gather" in jaxpr  # 56 -> 6 starts 0, 9, 18, 28: not a strided pool
+
+
+def test_large_plane_beyond_float32_window_arithmetic():
+    # j * W exceeds 2**24 here: float32 window bounds put a start in the wrong
+    # place (column 4998 of 4999), exact integer ones do not.
+    torch = require("torch")
+    w = np.arange(4999)
+    f32 = np.floor(w.astype(np.float32) * np.float32(5000) / np.float32(4999))
+    assert (f32 != (w * 5000) // 4999).any()
+    x = np.random.default_rng(0).standard_normal((1, 1, 4099, 5000)).astype(np.float32)
+    values, indices = jax.jit(lambda x: jaxpool.adaptive_max_pool2d(x, (4097, 4999)))(x)
+    tv, ti = torch.nn.functional.adaptive_max_pool2d(
+        torch.from_numpy(x), (4097, 4999), return_indices=True
+    )
+    assert_same(values, tv.numpy(), "values")
+    assert_same(indices, ti.numpy().astype(np.int32), "indices")
+
+
+def test_check_grads_order_2_float64():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.permutation(9 * 11).reshape(1, 1, 9, 11) * 0.1)
+        w = jnp.asarray(rng.standard_normal((1, 1, 4, 5)))
+        check_grads(
+            lambda x: w * jaxpool.adaptive_max_pool2d(x, (4, 5))[0] ** 2,
+            (x,),
+            order=2,
+            modes=["rev"],
+            eps=1e-3,
+        )
+
+
+def test_grad_of_grad_matches_torch_double_backward():
+    torch = require("torch")
+    rng = np.random.default_rng(4)
+    x = rng.permutation(2 * 3 * 10 * 9).reshape(2, 3, 10, 9) * 0.01
+    w = rng.standard_normal((2, 3, 4, 3))
+    v = rng.standard_normal(x.shape)
+
+    def loss(x, w):
+        return jnp.sum(w * jaxpool.adaptive_max_pool2d(x, (4, 3))[0] ** 3)
+
+    with jax.enable_x64(True):
+        outer = lambda x, w: jnp.sum(v * jax.grad(loss)(x, w))  # noqa: E731
+        gx, gw = jax.grad(outer, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w))
+    xt = torch.from_numpy(x).requires_grad_()
+    wt = torch.from_numpy(w).requires_grad_()
+    yt, _ = torch.nn.functional.adaptive_max_pool2d(xt, (4, 3), return_indices=True)
+    (gt,) = torch.autograd.grad((wt * yt**3).sum(), xt, create_graph=True)
+    gxt, gwt = torch.autograd.grad((torch.from_numpy(v) * gt).sum(), (xt, wt))
+    assert np.abs(gxt.numpy()).max() > 0
+    assert_close(gx, gxt.numpy(), "float64", "d/dx")
+    assert_close(gw, gwt.numpy(), "float64", "d/dw")
+
+
+def test_jit_and_vmap():
+    x = make_input(np.random.default_rng(5), (3, 2, 2, 10, 9), "float32", "nan")
+    f = lambda x: jaxpool.adaptive_max_pool2d(x, (3, 4))  # noqa: E731
+    values, indices = jax.jit(jax.vmap(f))(x)
+    for b in range(3):
+        vb, ib = f(x[b])
+        assert_same(values[b], vb) and assert_same(indices[b], ib)
+    g = jnp.ones_like(values)
+    grads = jax.vmap(jaxpool.adaptive_max_pool2d_backward)(g, x, indices)
+    for b in range(3):
+        want = jaxpool.adaptive_max_pool2d_backward(g[b], x[b], indices[b])
+        assert_same(grads[b], want)
