@@ -1,0 +1,24 @@
+"""The ``>>>`` examples in every module's docstrings run (on the installed package)."""
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import jaxpool
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(jaxpool.__path__, "jaxpool."))
+
+
+def test_every_module_is_listed():
+    assert "jaxpool._max_pool3d" in MODULES and "jaxpool.reference" in MODULES
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
+    if name in ("jaxpool._max_pool3d", "jaxpool._adaptive", "jaxpool.reference"):
+        assert result.attempted > 0, f"{name} lost its examples"
