@@ -10,14 +10,18 @@ from jax.typing import ArrayLike
 
 from . import _spec
 from ._argmax import argmax_pool
-from ._scatter import scatter_add
+from ._scatter import backward
+from ._spec import Algorithm
 
 _FWD = "adaptive_max_pool2d"
 _BWD = "adaptive_max_pool2d_backward"
 
 
 def adaptive_max_pool2d(
-    x: ArrayLike, output_size: int | Sequence[int | None] | None
+    x: ArrayLike,
+    output_size: int | Sequence[int | None],
+    *,
+    algorithm: Algorithm = "scatter",
 ) -> tuple[jax.Array, jax.Array]:
     """2-D adaptive max pooling that also returns the argmax of every window.
 
@@ -41,6 +45,9 @@ def adaptive_max_pool2d(
       output_size: ``oH`` = ``oW`` as an int, or a pair ``(oH, oW)``, each an int
         >= 1 (it may exceed the input size) or ``None`` to keep that input size.
         Static: under ``jax.jit`` close over it or mark it static.
+      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
+        ``"gather"`` (deterministic); see
+        :func:`adaptive_max_pool2d_backward`.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
@@ -62,14 +69,17 @@ def adaptive_max_pool2d(
     """
     x = _spec.float_array(_FWD, "x", x)
     spec = _spec.adaptive_spec(_FWD, x.shape, 2, output_size)
+    algorithm = _spec.algorithm(_FWD, algorithm)
     with jax.named_scope(f"jaxpool.{_FWD}"):
-        return _pool(x, spec)
+        return _pool(x, spec, algorithm)
 
 
 def adaptive_max_pool2d_backward(
     grad_output: ArrayLike,
     x: ArrayLike | jax.ShapeDtypeStruct,
     indices: ArrayLike,
+    *,
+    algorithm: Algorithm = "scatter",
 ) -> jax.Array:
     """Gradient of :func:`adaptive_max_pool2d` with respect to ``x``.
 
@@ -87,6 +97,10 @@ def adaptive_max_pool2d_backward(
         ``(N, C, H, W)`` / ``(C, H, W)`` and floating dtype are used.
       indices: the forward's indices, same shape as ``grad_output``, any integer
         dtype (int64 from PyTorch too).
+      algorithm: ``"scatter"`` (default) or ``"gather"``: bitwise reproducible
+        on every backend, no scatter; it assumes each index lies inside its own
+        window (true of the forward's indices), any other index contributes
+        nothing. See :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -110,15 +124,21 @@ def adaptive_max_pool2d_backward(
     indices = _spec.int_array(_BWD, "indices", indices)
     out_shape = _spec.adaptive_out_shape(_BWD, x_struct.shape, 2, grad_output)
     _spec.check_backward(_BWD, out_shape, grad_output, indices)
+    algorithm = _spec.algorithm(_BWD, algorithm)
+    spec = _spec.AdaptiveSpec(x_struct.shape[-2:], out_shape[-2:])
     with jax.named_scope(f"jaxpool.{_BWD}"):
-        return scatter_add(grad_output, indices, x_struct, 2)
+        return backward(grad_output, indices, x_struct, spec.axes, algorithm)
 
 
 def _backward_rule(
-    grad_output: jax.Array, x: jax.ShapeDtypeStruct, indices: jax.Array, spec: Any
+    grad_output: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    indices: jax.Array,
+    spec: Any,
+    algorithm: Algorithm,
 ) -> jax.Array:
     del spec  # the shapes carry everything the adaptive backward needs
-    return adaptive_max_pool2d_backward(grad_output, x, indices)
+    return adaptive_max_pool2d_backward(grad_output, x, indices, algorithm=algorithm)
 
 
 _pool = argmax_pool(_backward_rule)

@@ -9,8 +9,7 @@ public backward function.
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._spec import AxisWindows
+from ._spec import Algorithm, AxisWindows, flat_offsets, leading_sharding
 
 
 def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
@@ -29,18 +28,6 @@ def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
     start = tap * windows.dilation
     limit = start + (windows.out - 1) * windows.stride + 1
     return lax.slice_in_dim(x, start, limit, windows.stride, axis)
-
-
-def _flat(positions: Sequence[np.ndarray], in_size: tuple[int, ...]) -> jax.Array:
-    """int32 flat offsets ``sum(pos[a] * plane_stride[a])`` broadcast over axes."""
-    n = len(positions)
-    strides = [math.prod(in_size[a + 1 :]) for a in range(n)]
-    flat = jnp.zeros((1,) * n, jnp.int32)
-    for a, (pos, stride) in enumerate(zip(positions, strides, strict=False)):
-        shape = [1] * n
-        shape[a] = pos.size
-        flat = flat + jnp.asarray((pos * stride).astype(np.int32).reshape(shape))
-    return flat
 
 
 def window_argmax(
@@ -63,50 +50,58 @@ def window_argmax(
     lead = x.ndim - len(axes)
     in_size = tuple(w.size for w in axes)
     out_shape = x.shape[:lead] + tuple(w.out for w in axes)
+    sharding = leading_sharding(x, lead)
     pads = [(0, 0, 0)] * lead + [(*w.pad, 0) for w in axes]
     neg_inf = jnp.array(-jnp.inf, x.dtype)
     xp = lax.pad(x, neg_inf, pads) if any(any(p) for p in pads) else x
 
-    best = jnp.full(out_shape, -jnp.inf, x.dtype)
-    index = jnp.broadcast_to(_flat([w.first() for w in axes], in_size), out_shape)
+    def offsets(positions: list[np.ndarray]) -> jax.Array:
+        flat = flat_offsets(positions, in_size)
+        return jnp.broadcast_to(flat, out_shape, out_sharding=sharding)
+
+    best = jnp.full(out_shape, -jnp.inf, x.dtype, out_sharding=sharding)
+    index = offsets([w.first() for w in axes])
     for taps in itertools.product(*(range(w.taps) for w in axes)):
         value = xp
-        for a, (w, j) in enumerate(zip(axes, taps, strict=False)):
+        for a, (w, j) in enumerate(zip(axes, taps, strict=True)):
             value = _tap(value, lead + a, w, j)
         take = (value > best) | jnp.isnan(value)
         best = jnp.where(take, value, best)
-        tap_index = _flat(
-            [w.positions(j) for w, j in zip(axes, taps, strict=False)], in_size
-        )
+        tap_index = offsets([w.positions(j) for w, j in zip(axes, taps, strict=True)])
         index = jnp.where(take, tap_index, index)
     return best, index
 
 
-Backward = Callable[[jax.Array, jax.ShapeDtypeStruct, jax.Array, Any], jax.Array]
+Backward = Callable[
+    [jax.Array, jax.ShapeDtypeStruct, jax.Array, Any, Algorithm], jax.Array
+]
 
 
-def argmax_pool(backward: Backward) -> Callable[[jax.Array, Any], Any]:
-    """A ``custom_vjp`` pool ``(x, spec) -> (values, indices)``.
+def argmax_pool(backward: Backward) -> Callable[[jax.Array, Any, Algorithm], Any]:
+    """A ``custom_vjp`` pool ``(x, spec, algorithm) -> (values, indices)``.
 
     Its residuals are the indices alone; its backward rule is ``backward(
-    grad_output, x_struct, indices, spec)``, the op's public backward function,
-    given a ``jax.ShapeDtypeStruct`` for ``x``. The cotangent of the integer
-    indices (``float0`` or an integer array) is ignored.
+    grad_output, x_struct, indices, spec, algorithm)``, the op's public backward
+    function, given a ``jax.ShapeDtypeStruct`` for ``x``. The cotangent of the
+    integer indices (``float0`` or an integer array) is ignored.
     """
 
-    @partial(jax.custom_vjp, nondiff_argnums=(1,))
-    def pool(x: jax.Array, spec: Any) -> tuple[jax.Array, jax.Array]:
+    @partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+    def pool(x: jax.Array, spec: Any, algorithm: Algorithm) -> tuple[Any, Any]:
+        del algorithm  # the backward's choice
         return window_argmax(x, spec.axes)
 
-    def pool_fwd(x: jax.Array, spec: Any) -> tuple[Any, jax.Array]:
+    def pool_fwd(x: jax.Array, spec: Any, algorithm: Algorithm) -> tuple[Any, Any]:
         out, indices = window_argmax(x, spec.axes)
         return (out, indices), indices
 
-    def pool_bwd(spec: Any, indices: jax.Array, cts: Any) -> tuple[jax.Array]:
+    def pool_bwd(
+        spec: Any, algorithm: Algorithm, indices: jax.Array, cts: Any
+    ) -> tuple[jax.Array]:
         grad_output = cts[0]
         lead = indices.shape[: indices.ndim - len(spec.in_size)]
         x = jax.ShapeDtypeStruct(lead + spec.in_size, grad_output.dtype)
-        return (backward(grad_output, x, indices, spec),)
+        return (backward(grad_output, x, indices, spec, algorithm),)
 
     pool.defvjp(pool_fwd, pool_bwd)
     return pool

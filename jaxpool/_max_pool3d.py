@@ -10,7 +10,8 @@ from jax.typing import ArrayLike
 
 from . import _spec
 from ._argmax import argmax_pool
-from ._scatter import scatter_add
+from ._scatter import backward
+from ._spec import Algorithm
 
 IntOrSeq = int | Sequence[int]
 
@@ -25,6 +26,8 @@ def max_pool3d_with_argmax(
     padding: IntOrSeq = 0,
     dilation: IntOrSeq = 1,
     ceil_mode: bool = False,
+    *,
+    algorithm: Algorithm = "scatter",
 ) -> tuple[jax.Array, jax.Array]:
     """3-D max pooling that also returns the argmax of every window.
 
@@ -52,6 +55,9 @@ def max_pool3d_with_argmax(
         kernel_size // 2`` per axis. A padded tap is never chosen.
       dilation: spacing between a window's taps, every value > 0.
       ceil_mode: round the output size up instead of down.
+      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
+        ``"gather"`` (deterministic); see
+        :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` (``(C, oD, oH, oW)`` for
@@ -78,8 +84,9 @@ def max_pool3d_with_argmax(
     spec = _spec.pool_spec(
         _FWD, x.shape, 3, kernel_size, stride, padding, dilation, ceil_mode
     )
+    algorithm = _spec.algorithm(_FWD, algorithm)
     with jax.named_scope(f"jaxpool.{_FWD}"):
-        return _pool(x, spec)
+        return _pool(x, spec, algorithm)
 
 
 def max_pool3d_with_argmax_backward(
@@ -91,6 +98,8 @@ def max_pool3d_with_argmax_backward(
     padding: IntOrSeq = 0,
     dilation: IntOrSeq = 1,
     ceil_mode: bool = False,
+    *,
+    algorithm: Algorithm = "scatter",
 ) -> jax.Array:
     """Gradient of :func:`max_pool3d_with_argmax` with respect to ``x``.
 
@@ -115,6 +124,13 @@ def max_pool3d_with_argmax_backward(
       padding: as in the forward.
       dilation: as in the forward.
       ceil_mode: as in the forward.
+      algorithm: ``"scatter"`` (default): a scatter-add, fastest; on GPU its
+        atomics sum overlapping windows in a varying order, so results may
+        differ in the last bits between runs. ``"gather"``: for each input
+        element, the gradients of the windows that cover it and chose it, added
+        in a fixed order: bitwise reproducible on every backend, no scatter.
+        It assumes each index lies inside its own window (true of the forward's
+        indices); any other index contributes nothing.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -142,14 +158,21 @@ def max_pool3d_with_argmax_backward(
     )
     out_shape = x_struct.shape[:-3] + spec.out_size
     _spec.check_backward(_BWD, out_shape, grad_output, indices)
+    algorithm = _spec.algorithm(_BWD, algorithm)
     with jax.named_scope(f"jaxpool.{_BWD}"):
-        return scatter_add(grad_output, indices, x_struct, 3)
+        return backward(grad_output, indices, x_struct, spec.axes, algorithm)
 
 
 def _backward_rule(
-    grad_output: jax.Array, x: jax.ShapeDtypeStruct, indices: jax.Array, spec: Any
+    grad_output: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    indices: jax.Array,
+    spec: Any,
+    algorithm: Algorithm,
 ) -> jax.Array:
-    return max_pool3d_with_argmax_backward(grad_output, x, indices, *spec.args)
+    return max_pool3d_with_argmax_backward(
+        grad_output, x, indices, *spec.args, algorithm=algorithm
+    )
 
 
 _pool = argmax_pool(_backward_rule)

@@ -1,11 +1,22 @@
-"""The backward kernel: a per-plane scatter-add of gradients to their argmax."""
+"""The backward kernels: gradients summed at their argmax, two ways.
+
+``scatter`` (the default) is a per-plane scatter-add: fast everywhere, but on
+GPU XLA's scatter-add uses atomics, so overlapping windows sum in a varying
+order. ``gather`` visits, for every input element, the windows that cover it in
+a fixed order and adds the gradients of those that chose it: no scatter, so the
+same bits on every run and backend.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from ._spec import Algorithm, AxisWindows, flat_offsets, leading_sharding
 
 
 def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -35,16 +46,75 @@ def scatter_add(
       :func:`accumulation_dtype`.
     """
     batch = grad_output.ndim - nd
+    lead = grad_output.shape[:batch]
     size = math.prod(x.shape[batch:])
     acc = accumulation_dtype(x.dtype)
+    zeros = jnp.zeros((*lead, size), acc, out_sharding=leading_sharding(indices, batch))
 
-    def plane(g: jax.Array, i: jax.Array) -> jax.Array:
-        zeros = jnp.zeros((size,), acc)
-        return zeros.at[i.ravel()].add(
+    def plane(z: jax.Array, g: jax.Array, i: jax.Array) -> jax.Array:
+        return z.at[i.ravel()].add(
             g.ravel().astype(acc), mode="drop", wrap_negative_indices=False
         )
 
     for _ in range(batch):
         plane = jax.vmap(plane)
-    out = plane(grad_output, indices)
+    out = plane(zeros, grad_output, indices)
     return out.reshape(x.shape).astype(x.dtype)
+
+
+def gather_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    axes: tuple[AxisWindows, ...],
+) -> jax.Array:
+    """Deterministic backward: for each input element, in a fixed order, add the
+    gradient of every window that covers it and chose it.
+
+    Windows are visited in increasing index order along each axis (at most
+    ``ceil(span / stride)`` per axis), each a gather of one window per input
+    element; no scatter. An index counts only inside its own window's span:
+    true of every index the forward returns, while any other index (outside
+    its window, outside the plane, negative) contributes nothing.
+
+    Args:
+      grad_output: ``(*B, *O)`` gradients of the pooled values.
+      indices: ``(*B, *O)`` integer flat offsets into each ``S`` plane.
+      x: shape ``(*B, *S)`` and dtype of the result.
+      axes: the windows of each spatial axis.
+
+    Returns:
+      ``(*B, *S)`` gradient in ``x.dtype``, accumulated in
+      :func:`accumulation_dtype`.
+    """
+    batch = grad_output.ndim - len(axes)
+    acc = accumulation_dtype(x.dtype)
+    grads = grad_output.astype(acc)
+    index_dtype = jnp.promote_types(indices.dtype, jnp.int32)
+    indices = indices.astype(index_dtype)
+    in_size = tuple(w.size for w in axes)
+    sharding = leading_sharding(indices, batch)
+    here = flat_offsets([np.arange(n) for n in in_size], in_size).astype(index_dtype)
+    here = jnp.broadcast_to(here, x.shape, out_sharding=sharding)
+    tables = [w.covering() for w in axes]
+    total = jnp.zeros(x.shape, acc, out_sharding=sharding)
+    for slots in itertools.product(*(range(len(t)) for t in tables)):
+        g, i = grads, indices
+        for a, (table, m) in enumerate(zip(tables, slots, strict=True)):
+            g = jnp.take(g, table[m], axis=batch + a, mode="fill", fill_value=0)
+            i = jnp.take(i, table[m], axis=batch + a, mode="fill", fill_value=-1)
+        total = total + jnp.where(i == here, g, jnp.zeros((), acc))
+    return total.astype(x.dtype)
+
+
+def backward(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    axes: tuple[AxisWindows, ...],
+    algorithm: Algorithm,
+) -> jax.Array:
+    """The backward of every pool with the chosen ``algorithm``."""
+    if algorithm == "gather":
+        return gather_sum(grad_output, indices, x, axes)
+    return scatter_add(grad_output, indices, x, len(axes))

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 _INT32_MAX = 2**31 - 1
 
@@ -55,6 +56,25 @@ class AxisWindows(NamedTuple):
             return np.minimum(np.add(self.starts, tap), np.subtract(self.ends, 1))
         return np.arange(self.out) * self.stride + self.offset + tap * self.dilation
 
+    def span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's half-open range ``[lo, hi)`` of input positions."""
+        if self.starts:
+            return np.asarray(self.starts), np.asarray(self.ends)
+        lo = np.arange(self.out) * self.stride + self.offset
+        return lo, lo + (self.taps - 1) * self.dilation + 1
+
+    def covering(self) -> np.ndarray:
+        """``(slots, size)`` table: the ``m``-th window whose span holds position
+        ``p``, in increasing order, or ``out`` where ``p`` lies in fewer windows.
+        """
+        lo, hi = self.span()  # both non-decreasing in the window index
+        p = np.arange(self.size)
+        first = np.searchsorted(hi, p, side="right")
+        last = np.searchsorted(lo, p, side="right") - 1
+        slots = max(1, int((last - first + 1).max()))
+        table = first + np.arange(slots)[:, None]
+        return np.where(table <= last, table, self.out)
+
     def first(self) -> np.ndarray:
         """Each window's first non-negative tap (the index of an all ``-inf`` one)."""
         if self.starts:
@@ -62,6 +82,35 @@ class AxisWindows(NamedTuple):
         start = np.arange(self.out) * self.stride + self.offset
         skip = -(np.minimum(start, 0) // self.dilation)  # ceil(max(0, -start) / d)
         return start + skip * self.dilation
+
+
+def flat_offsets(
+    positions: Sequence[np.ndarray], in_size: tuple[int, ...]
+) -> jax.Array:
+    """int32 flat offsets ``sum(pos[a] * plane_stride[a])`` broadcast over axes."""
+    n = len(positions)
+    strides = [math.prod(in_size[a + 1 :]) for a in range(n)]
+    flat = jnp.zeros((1,) * n, jnp.int32)
+    for a, (pos, stride) in enumerate(zip(positions, strides, strict=False)):
+        shape = [1] * n
+        shape[a] = pos.size
+        flat = flat + jnp.asarray((pos * stride).astype(np.int32).reshape(shape))
+    return flat
+
+
+def leading_sharding(arr: jax.Array, batch: int) -> NamedSharding | None:
+    """Sharding for new arrays that must line up with ``arr``'s leading axes.
+
+    Under a mesh with Explicit axes every array carries its sharding in its
+    type and mixing shardings is an error, so arrays the kernels create (the
+    running max, index tables, zeros) take the leading ``batch`` axes' sharding
+    of the input. ``None`` elsewhere: the partitioner propagates it.
+    """
+    sharding = jax.typeof(arr).sharding
+    mesh = sharding.mesh
+    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
+        return None
+    return NamedSharding(mesh, PartitionSpec(*tuple(sharding.spec)[:batch]))
 
 
 class PoolSpec(NamedTuple):
@@ -108,6 +157,19 @@ class AdaptiveSpec(NamedTuple):
             adaptive_axis(L, o)
             for L, o in zip(self.in_size, self.out_size, strict=False)
         )
+
+
+Algorithm = Literal["scatter", "gather"]
+ALGORITHMS = ("scatter", "gather")
+
+
+def algorithm(fn: str, value: Any) -> Algorithm:
+    """A backward algorithm name: ``"scatter"`` or ``"gather"``."""
+    if not isinstance(value, str) or value not in ALGORITHMS:
+        raise ValueError(
+            f"{fn}: `algorithm` must be one of {ALGORITHMS}, got {value!r}"
+        )
+    return cast(Algorithm, value)
 
 
 def pool_output_size(

@@ -129,3 +129,5 @@ def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
         want_grad = reference.scatter_add(g, want_indices, x.shape[x.ndim - nd :])
         assert_same(grad, want_grad.astype(np_dtype(dtype)), "grad")
         assert_same(backward(g, x, indices), grad, "standalone backward")
+        gather = backward(g, x, indices, algorithm="gather")
+        assert_same(gather, grad, "deterministic (gather) backward")

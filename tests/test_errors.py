@@ -255,3 +255,22 @@ def test_adaptive_bad_backward_arrays(grad_output, indices, exc, pattern, jit):
     fn = jaxpool.adaptive_max_pool2d_backward
     with _raises(exc, ABWD, pattern):
         (jax.jit(fn) if jit else fn)(grad_output, X2, indices)
+
+
+def test_bad_algorithm():
+    g = jnp.zeros((1, 2, 2, 2, 2))
+    i = g.astype(jnp.int32)
+    pattern = r"`algorithm` must be one of \('scatter', 'gather'\), got 'fast'"
+    with _raises(ValueError, FWD, pattern):
+        jaxpool.max_pool3d_with_argmax(X, 2, algorithm="fast")
+    with _raises(ValueError, BWD, pattern):
+        jaxpool.max_pool3d_with_argmax_backward(g, X, i, 2, algorithm="fast")
+    with _raises(ValueError, AFWD, pattern):
+        jaxpool.adaptive_max_pool2d(X2, 2, algorithm="fast")
+    with _raises(ValueError, ABWD, pattern):
+        jaxpool.adaptive_max_pool2d_backward(
+            jnp.zeros((2, 3, 2, 2)),
+            X2,
+            jnp.zeros((2, 3, 2, 2), jnp.int32),
+            algorithm="fast",
+        )

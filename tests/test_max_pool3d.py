@@ -89,7 +89,9 @@ def test_matches_oracle_exactly(name, dtype, kind):
     x = make_input(rng, shape, dtype, kind)
     check_against_oracle(
         lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs),
-        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(g, x, i, **kwargs),
+        lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
+            g, x, i, **kwargs, **kw
+        ),
         x,
         oracle(x, **kwargs),
         3,
@@ -226,6 +228,23 @@ class TestBackwardIndices:
         want[[0, 63, 5, 40]] = [1 + 8, 2 + 3, 4 + 5 + 6, 7]
         assert_same(grad, want.reshape(1, 1, 4, 4, 4))
 
+    def test_gather_algorithm_counts_an_index_only_inside_its_window(self):
+        x = jnp.zeros((1, 1, 4, 4, 4))
+        # Window (0,0,0) covers offsets {0,1,4,5,16,17,20,21}; 63 is in the
+        # plane but in another window, -1 and 64 are outside the plane.
+        indices = jnp.array([21, 63, -1, 64, 0, 0, 0, 0]).reshape(1, 1, 2, 2, 2)
+        g = jnp.arange(1.0, 9.0).reshape(1, 1, 2, 2, 2)
+        gather = jaxpool.max_pool3d_with_argmax_backward(
+            g, x, indices, 2, algorithm="gather"
+        )
+        scatter = jaxpool.max_pool3d_with_argmax_backward(g, x, indices, 2)
+        want = np.zeros(64, np.float32)
+        want[21] = 1.0
+        assert_same(gather, want.reshape(x.shape))
+        want[63] = 2.0  # the scatter honours any in-plane index
+        want[0] = 5 + 6 + 7 + 8
+        assert_same(scatter, want.reshape(x.shape))
+
     @pytest.mark.parametrize("dtype", ["uint8", "int16", "int32"])
     def test_integer_index_dtypes(self, dtype):
         x = jnp.zeros((1, 1, 2, 2, 2))
@@ -259,6 +278,6 @@ def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
     )
     (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
     spec = jaxpool._spec.pool_spec("t", x.shape, 3, 2, None, 0, 1, False)
-    (grad,) = _pool.bwd(spec, indices, (jnp.ones_like(values), ct))
+    (grad,) = _pool.bwd(spec, "scatter", indices, (jnp.ones_like(values), ct))
     assert_same(grad, want)
     assert float(grad.sum()) == values.size

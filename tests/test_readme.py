@@ -13,3 +13,5 @@ def test_readme_python_blocks_run():
     for block in blocks:
         exec(compile(block, str(README), "exec"), namespace)
     assert namespace["grad_input"].shape == namespace["x"].shape
+    assert namespace["grad_images"].shape == namespace["images"].shape
+    assert namespace["grad_xs"].sharding.spec[:2] == ("n", "c")

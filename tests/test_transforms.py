@@ -1,8 +1,8 @@
-"""JAX transformations through the ops: jit, vmap, grad of grad, check_grads."""
+"""Every JAX transformation through both ops and both backward ops."""
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,73 +12,167 @@ from helpers import assert_close, assert_same, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
+from jaxpool import reference
 
-POOL = dict(kernel_size=3, stride=2, padding=1)  # overlapping windows
+
+class Op(NamedTuple):
+    shape: tuple[int, ...]  # (N, C, *spatial)
+    forward: Any  # (x, **kw) -> (values, indices)
+    backward: Any  # (g, x, indices, **kw) -> grad
+    torch: Any  # (torch, x) -> (values, indices)
 
 
-def pool(x, **kwargs):
-    return jaxpool.max_pool3d_with_argmax(x, **(kwargs or POOL))
+OPS = {
+    "max_pool3d": Op(
+        (2, 2, 5, 6, 5),
+        lambda x, **kw: jaxpool.max_pool3d_with_argmax(x, 3, 2, 1, **kw),
+        lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
+            g, x, i, 3, 2, 1, **kw
+        ),
+        lambda torch, x: torch.nn.functional.max_pool3d(
+            x, 3, 2, 1, return_indices=True
+        ),
+    ),
+    "adaptive_max_pool2d": Op(
+        (2, 3, 10, 9),
+        lambda x, **kw: jaxpool.adaptive_max_pool2d(x, (4, 3), **kw),
+        jaxpool.adaptive_max_pool2d_backward,
+        lambda torch, x: torch.nn.functional.adaptive_max_pool2d(
+            x, (4, 3), return_indices=True
+        ),
+    ),
+}
+ALGORITHMS = ["scatter", "gather"]
+
+
+@pytest.fixture(params=list(OPS))
+def op(request) -> Op:
+    return OPS[request.param]
 
 
 def tie_free(shape, seed=0, dtype=np.float64):
-    """Distinct values at least 1/size apart, so a finite-difference step of
-    1e-3 (relative to 0.1 spacing) never changes an argmax."""
+    """Distinct values 0.1 apart: a finite-difference step of 1e-3 never moves
+    an argmax."""
     rng = np.random.default_rng(seed)
     return (rng.permutation(int(np.prod(shape))).reshape(shape) * 0.1).astype(dtype)
 
 
-def test_jit_matches_eager():
-    x = make_input(np.random.default_rng(0), (2, 3, 7, 6, 5), "float32", "nan")
-    eager = pool(x)
-    jitted = jax.jit(pool)(x)
-    assert_same(jitted[0], eager[0]) and assert_same(jitted[1], eager[1])
-    g = jnp.ones_like(eager[0])
-    bwd = jax.jit(partial(jaxpool.max_pool3d_with_argmax_backward, **POOL))
-    assert_same(
-        bwd(g, x, eager[1]),
-        jaxpool.max_pool3d_with_argmax_backward(g, x, eager[1], **POOL),
+def values_of(op, **kw):
+    return lambda x: op.forward(x, **kw)[0]
+
+
+def expected_grad(op, x, w):
+    """Reference gradient of sum(w * pool(x)): the oracle scatter of w."""
+    _, indices = op.forward(x)
+    nd = len(op.shape) - 2
+    return reference.scatter_add(np.asarray(w), np.asarray(indices), x.shape[-nd:])
+
+
+def test_jit_matches_eager(op):
+    x = make_input(np.random.default_rng(0), op.shape, "float32", "nan")
+    values, indices = op.forward(x)
+    jv, ji = jax.jit(op.forward)(x)
+    assert_same(jv, values) and assert_same(ji, indices)
+    g = jnp.ones_like(values)
+    assert_same(jax.jit(op.backward)(g, x, indices), op.backward(g, x, indices))
+
+
+@pytest.mark.parametrize("extra", [(3,), (2, 3)], ids=["one-axis", "two-axes"])
+def test_vmap_equals_python_loop(op, extra):
+    x = make_input(np.random.default_rng(1), extra + op.shape, "float32", "ties")
+    fwd, bwd = op.forward, op.backward
+    for _ in extra:
+        fwd, bwd = jax.vmap(fwd), jax.vmap(bwd)
+    values, indices = fwd(x)
+    g = np.random.default_rng(2).standard_normal(values.shape).astype(np.float32)
+    grads = bwd(g, x, indices)
+    for b in np.ndindex(*extra):
+        vb, ib = op.forward(x[b])
+        assert_same(values[b], vb) and assert_same(indices[b], ib)
+        assert_same(grads[b], op.backward(g[b], x[b], ib))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_grad_and_value_and_grad(op, algorithm):
+    x = jnp.asarray(make_input(np.random.default_rng(3), op.shape, "float32", "random"))
+    w = jnp.asarray(
+        np.random.default_rng(4).integers(-3, 4, op.forward(x)[0].shape), jnp.float32
     )
 
+    def loss(x):
+        return jnp.sum(w * op.forward(x, algorithm=algorithm)[0])
 
-def test_vmap_over_extra_leading_axis_equals_loop():
-    x = make_input(np.random.default_rng(1), (3, 2, 2, 6, 5, 7), "float32", "ties")
-    values, indices = jax.vmap(pool)(x)
-    for b in range(3):
-        vb, ib = pool(x[b])
-        assert_same(values[b], vb) and assert_same(indices[b], ib)
-    g = np.random.default_rng(2).standard_normal(values.shape).astype(np.float32)
-    bwd = jax.vmap(
-        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(g, x, i, **POOL)
-    )(g, x, indices)
-    for b in range(3):
-        want = jaxpool.max_pool3d_with_argmax_backward(g[b], x[b], indices[b], **POOL)
-        assert_same(bwd[b], want)
+    want = expected_grad(op, x, w).astype(np.float32)
+    assert_same(jax.grad(loss)(x), want)
+    value, grad = jax.value_and_grad(loss)(x)
+    assert_same(grad, want)
+    assert value == loss(x)
 
 
-def test_check_grads_order_2_float64():
+def test_jacrev_is_one_hot_at_the_indices(op):
     with jax.enable_x64(True):
-        x = jnp.asarray(tie_free((1, 2, 5, 6, 5)))
-        w = jnp.asarray(tie_free((1, 2, 3, 3, 3), seed=1))
-        check_grads(
-            lambda x: w * pool(x)[0] ** 2, (x,), order=2, modes=["rev"], eps=1e-3
-        )
-        check_grads(
-            lambda g: jaxpool.max_pool3d_with_argmax_backward(g, x, pool(x)[1], **POOL),
-            (w,),
-            order=2,
-            modes=["rev"],
-        )
+        x = jnp.asarray(tie_free(op.shape))
+        values, indices = op.forward(x)
+        jac = jax.jacrev(values_of(op))(x)  # (*out, *in)
+    lead = op.shape[:2]
+    plane = int(np.prod(op.shape[2:]))
+    jac = np.asarray(jac).reshape(*values.shape, *lead, plane)
+    want = np.zeros_like(jac)
+    for o in np.ndindex(*values.shape):
+        want[(*o, *o[:2], int(indices[o]))] = 1.0
+    assert_same(jac, want)
 
 
-def test_grad_of_grad_matches_torch_double_backward():
+def test_hessian_of_a_nonlinear_loss(op):
+    # f = sum(w * y**3), y = x[argmax]: d2f/dx2 is diagonal, 6 * w * y summed
+    # over the windows that chose each element.
+    with jax.enable_x64(True):
+        x = jnp.asarray(tie_free(op.shape) / 10)
+        values, indices = op.forward(x)
+        w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape))
+        hess = jax.hessian(lambda x: jnp.sum(w * values_of(op)(x) ** 3))(x)
+    size = x.size
+    terms = 6 * np.asarray(w) * np.asarray(values)
+    diagonal = reference.scatter_add(terms, np.asarray(indices), x.shape[2:]).ravel()
+    magnitude = reference.scatter_add(np.abs(terms), np.asarray(indices), x.shape[2:])
+    hess = np.asarray(hess).reshape(size, size)
+    assert_same(hess - np.diag(np.diag(hess)), np.zeros((size, size)))
+    # JAX forms 6*w*y and sums the windows in its own order: each diagonal entry
+    # is within a few roundings per term of the float64 oracle.
+    bound = 16 * 2.0**-53 * magnitude.ravel()
+    assert (np.abs(np.diag(hess) - diagonal) <= bound).all()
+    assert np.abs(diagonal).max() > 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_check_grads_order_2_float64(op, algorithm):
+    with jax.enable_x64(True):
+        x = jnp.asarray(tie_free(op.shape))
+        _, indices = op.forward(x)
+        w = jnp.asarray(tie_free(indices.shape, seed=1))
+
+        def f(x):
+            return w * op.forward(x, algorithm=algorithm)[0] ** 2
+
+        check_grads(f, (x,), order=2, modes=["rev"], eps=1e-3)
+
+        def b(g):
+            return op.backward(g, x, indices, algorithm=algorithm)
+
+        check_grads(b, (w,), order=2, modes=["rev"])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_grad_of_grad_matches_torch_double_backward(op, algorithm):
     torch = require("torch")
-    x = tie_free((2, 2, 5, 6, 5), dtype=np.float64) / 10
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((2, 2, 3, 3, 3))
+    x = tie_free(op.shape) / 10
+    rng = np.random.default_rng(6)
+    out_shape = op.forward(x)[0].shape
+    w = rng.standard_normal(out_shape)
     v = rng.standard_normal(x.shape)
 
     def loss(x, w):  # nonlinear in the pooled values: its Hessian is not zero
-        return jnp.sum(w * pool(x)[0] ** 3)
+        return jnp.sum(w * op.forward(x, algorithm=algorithm)[0] ** 3)
 
     def outer(x, w):
         return jnp.sum(v * jax.grad(loss)(x, w))
@@ -88,12 +182,118 @@ def test_grad_of_grad_matches_torch_double_backward():
 
     xt = torch.from_numpy(x).requires_grad_()
     wt = torch.from_numpy(w).requires_grad_()
-    yt, _ = torch.nn.functional.max_pool3d(xt, 3, 2, 1, return_indices=True)
+    yt, _ = op.torch(torch, xt)
     (gt,) = torch.autograd.grad((wt * yt**3).sum(), xt, create_graph=True)
     gxt, gwt = torch.autograd.grad((torch.from_numpy(v) * gt).sum(), (xt, wt))
     assert np.abs(gxt.numpy()).max() > 0  # a linear loss would give zero here
     assert_close(gx, gxt.numpy(), "float64", "d/dx")
     assert_close(gw, gwt.numpy(), "float64", "d/dw")
+
+
+def test_checkpoint(op):
+    x = jnp.asarray(make_input(np.random.default_rng(7), op.shape, "float32", "random"))
+
+    def loss(x):
+        return jnp.sum(jnp.sin(op.forward(x)[0]))
+
+    assert_same(jax.grad(jax.checkpoint(loss))(x), jax.grad(loss)(x))
+    remat = jax.remat(lambda x: jnp.sin(op.forward(jnp.cos(x))[0]).sum())
+    plain = lambda x: jnp.sin(op.forward(jnp.cos(x))[0]).sum()  # noqa: E731
+    assert_same(jax.grad(remat)(x), jax.grad(plain)(x))
+
+
+def test_scan_over_a_sequence_of_volumes(op):
+    xs = jnp.asarray(
+        make_input(np.random.default_rng(8), (4, *op.shape), "float32", "random")
+    )
+
+    def total(xs):
+        def body(carry, x):
+            y = op.forward(x)[0]
+            return carry + jnp.sum(y * y), y.mean()
+
+        out, means = jax.lax.scan(body, 0.0, xs)
+        return out + means.sum()
+
+    grads = jax.grad(total)(xs)
+    for t in range(4):
+        want = jax.grad(
+            lambda x: jnp.sum(op.forward(x)[0] ** 2) + op.forward(x)[0].mean()
+        )(xs[t])
+        assert_close(grads[t], want, "float32")
+
+
+def test_float64_end_to_end(op):
+    with jax.enable_x64(True):
+        x = jnp.asarray(tie_free(op.shape))
+        values, indices = op.forward(x)
+        grad = jax.grad(lambda x: jnp.sum(op.forward(x)[0] ** 2))(x)
+        back = op.backward(values, x, indices)
+    assert x.dtype == values.dtype == grad.dtype == back.dtype == jnp.float64
+    assert indices.dtype == jnp.int32
+    assert_same(grad, 2 * np.asarray(back))
+
+
+class TestForwardMode:
+    """custom_vjp has no JVP: the documented limitation and its alternatives."""
+
+    def test_jvp_jacfwd_linearize_raise(self, op):
+        x = jnp.asarray(tie_free(op.shape, dtype=np.float32))
+        f = values_of(op)
+        for transform in (
+            lambda: jax.jvp(f, (x,), (x,)),
+            lambda: jax.jacfwd(f)(x),
+            lambda: jax.linearize(f, x)[1](x),  # linearize itself defers the error
+        ):
+            with pytest.raises(TypeError, match="custom_vjp"):
+                transform()
+
+    def test_tangent_is_a_gather_at_the_indices(self, op):
+        # The README's forward-mode recipe: y_dot = x_dot at each argmax.
+        with jax.enable_x64(True):
+            x = jnp.asarray(tie_free(op.shape))
+            x_dot = jnp.asarray(np.random.default_rng(9).standard_normal(op.shape))
+            values, indices = op.forward(x)
+            lead = x.shape[:2]
+            y_dot = jnp.take_along_axis(
+                x_dot.reshape(*lead, -1), indices.reshape(*lead, -1), axis=-1
+            ).reshape(values.shape)
+            jac = jax.jacrev(values_of(op))(x)
+        want = np.tensordot(np.asarray(jac), np.asarray(x_dot), axes=x.ndim)
+        assert_close(y_dot, want, "float64")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_backward_ops_under_grad(op, algorithm):
+    # The backward ops are differentiable in grad_output (their VJP is a gather).
+    x = jnp.asarray(
+        make_input(np.random.default_rng(10), op.shape, "float32", "random")
+    )
+    values, indices = op.forward(x)
+    v = jnp.asarray(np.random.default_rng(11).standard_normal(x.shape), jnp.float32)
+    grad = jax.grad(
+        lambda g: jnp.sum(v * op.backward(g, x, indices, algorithm=algorithm))
+    )(values)
+    lead = x.shape[:2]
+    want = jnp.take_along_axis(
+        v.reshape(*lead, -1), indices.reshape(*lead, -1), axis=-1
+    )
+    assert_same(grad, want.reshape(values.shape))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_gather_algorithm_has_no_scatter(op, algorithm):
+    x = jnp.asarray(
+        make_input(np.random.default_rng(12), op.shape, "float32", "random")
+    )
+    values, indices = op.forward(x)
+    bwd = jax.jit(lambda g, i: op.backward(g, x, i, algorithm=algorithm))
+    step = jax.jit(
+        jax.grad(lambda x: jnp.sum(op.forward(x, algorithm=algorithm)[0] ** 2))
+    )
+    for hlo in (bwd.lower(values, indices).as_text(), step.lower(x).as_text()):
+        assert ("scatter" in hlo) == (algorithm == "scatter")
+    assert_same(bwd(values, indices), op.backward(values, x, indices))
 
 
 def test_traced_window_argument_raises_helpful_type_error():
