@@ -8,7 +8,9 @@ public backward function.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -18,11 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._spec import Algorithm, AxisWindows, flat_offsets, leading_sharding
+from ._spec import Algorithm, AxisWindows, leading_sharding
 
 
 def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
-    """The ``(..., out, ...)`` values that tap ``tap`` reads along ``axis``."""
+    """The ``(..., out, ...)`` values that tap ``tap`` reads along ``axis`` of
+    ``x``, already padded by ``windows.pad`` along it."""
     if windows.starts:
         return jnp.take(x, windows.positions(tap), axis=axis)
     start = tap * windows.dilation
@@ -30,14 +33,31 @@ def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
     return lax.slice_in_dim(x, start, limit, windows.stride, axis)
 
 
+def _stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
+    """Which spatial axes each pass reduces, in order.
+
+    One fused pass over every tap keeps temporaries near zero (measured) but
+    costs a select per tap and output, ``k**d`` of them, and XLA compiles the
+    unrolled chain slowly. Past 64 taps, reduce one axis at a time instead (W,
+    then H, then D, carrying the index): ``d * k`` taps and a fast compile, for
+    intermediates about the size of the input.
+    """
+    if math.prod(w.taps for w in axes) <= 64:
+        return [tuple(range(len(axes)))]
+    return [(a,) for a in reversed(range(len(axes)))]
+
+
 def window_argmax(
     x: jax.Array, axes: tuple[AxisWindows, ...]
 ) -> tuple[jax.Array, jax.Array]:
     """Max and flat argmax of every window over the trailing ``len(axes)`` axes.
 
-    Scans the taps in row-major order from (``-inf``, the window's first
-    in-bounds tap), replacing the best when ``value > best`` or ``value`` is NaN:
-    the first maximum wins ties, the last NaN wins, padding is never chosen.
+    Each window is scanned in row-major tap order from (``-inf``, its first
+    in-bounds tap), replacing the best when ``value > best`` or ``value`` is
+    NaN: the first maximum wins ties, the last NaN wins, the ``-inf`` padding is
+    never chosen. This selection is a maximum under a total order on (value,
+    position), so it may run in passes, some axes at a time, each carrying the
+    flat index of its choice (see :func:`_stages`).
 
     Args:
       x: ``(*B, *S)`` input, ``S`` matching ``axes``' sizes.
@@ -49,26 +69,53 @@ def window_argmax(
     """
     lead = x.ndim - len(axes)
     in_size = tuple(w.size for w in axes)
-    out_shape = x.shape[:lead] + tuple(w.out for w in axes)
+    strides = [math.prod(in_size[a + 1 :]) for a in range(len(axes))]
     sharding = leading_sharding(x, lead)
+    # -inf padding, never chosen. (Padding each tap's slice instead avoids this
+    # copy, but XLA then materialises the padded taps for the two consumers,
+    # values and indices: a k**d patch tensor. Measured, not kept.)
     pads = [(0, 0, 0)] * lead + [(*w.pad, 0) for w in axes]
     neg_inf = jnp.array(-jnp.inf, x.dtype)
-    xp = lax.pad(x, neg_inf, pads) if any(any(p) for p in pads) else x
+    best = lax.pad(x, neg_inf, pads) if any(any(p) for p in pads) else x
+    index = None  # partial flat offsets of the axes reduced so far
 
-    def offsets(positions: list[np.ndarray]) -> jax.Array:
-        flat = flat_offsets(positions, in_size)
-        return jnp.broadcast_to(flat, out_shape, out_sharding=sharding)
+    for group in _stages(axes):
+        shape = list(best.shape)
+        for a in group:
+            shape[lead + a] = axes[a].out
 
-    best = jnp.full(out_shape, -jnp.inf, x.dtype, out_sharding=sharding)
-    index = offsets([w.first() for w in axes])
-    for taps in itertools.product(*(range(w.taps) for w in axes)):
-        value = xp
-        for a, (w, j) in enumerate(zip(axes, taps, strict=True)):
-            value = _tap(value, lead + a, w, j)
-        take = (value > best) | jnp.isnan(value)
-        best = jnp.where(take, value, best)
-        tap_index = offsets([w.positions(j) for w, j in zip(axes, taps, strict=True)])
-        index = jnp.where(take, tap_index, index)
+        def along(a: int, column: np.ndarray, shape: list[int] = shape) -> jax.Array:
+            """A per-window constant of axis ``a``, broadcast to the pass's shape."""
+            keep = [1] * len(shape)
+            keep[lead + a] = shape[lead + a]
+            const = jnp.asarray(column.reshape(keep))
+            return jnp.broadcast_to(const, tuple(shape), out_sharding=sharding)
+
+        values = jnp.full(shape, -jnp.inf, x.dtype, out_sharding=sharding)
+        chosen = jnp.zeros(shape, jnp.int32, out_sharding=sharding)
+        firsts = {a: axes[a].first_tap() for a in group}
+        for taps in itertools.product(*(range(axes[a].taps) for a in group)):
+            value, tap_index = best, index
+            for a, j in zip(group, taps, strict=True):
+                value = _tap(value, lead + a, axes[a], j)
+                if tap_index is not None:
+                    tap_index = _tap(tap_index, lead + a, axes[a], j)
+            offset = sum(
+                along(a, (axes[a].positions(j) * strides[a]).astype(np.int32))
+                for a, j in zip(group, taps, strict=True)
+            )
+            tap_index = offset if tap_index is None else tap_index + offset
+            take = (value > values) | jnp.isnan(value)
+            # The window's first in-bounds tap is taken whatever it holds: all
+            # taps before it are padding, so this starts the scan from it.
+            force = [firsts[a] == j for a, j in zip(group, taps, strict=True)]
+            if all(f.any() for f in force):
+                masks = [along(a, f) for a, f in zip(group, force, strict=True)]
+                take = take | functools.reduce(jnp.logical_and, masks)
+            values = jnp.where(take, value, values)
+            chosen = jnp.where(take, tap_index, chosen)
+        best, index = values, chosen
+    assert index is not None
     return best, index
 
 

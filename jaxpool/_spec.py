@@ -75,6 +75,13 @@ class AxisWindows(NamedTuple):
         table = first + np.arange(slots)[:, None]
         return np.where(table <= last, table, self.out)
 
+    def first_tap(self) -> np.ndarray:
+        """Each window's first non-negative tap number, shape ``(out,)``."""
+        if self.starts:
+            return np.zeros(self.out, np.int64)
+        start = np.arange(self.out) * self.stride + self.offset
+        return -(np.minimum(start, 0) // self.dilation)  # ceil(max(0, -start) / d)
+
     def first(self) -> np.ndarray:
         """Each window's first non-negative tap (the index of an all ``-inf`` one)."""
         if self.starts:

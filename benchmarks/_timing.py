@@ -1,0 +1,224 @@
+"""Shared benchmark helpers: interleaved timing, medians, memory bandwidth.
+
+Every function timed takes its arrays as arguments (a closed-over array is a
+constant XLA may fold) and is jitted (baselines too); each is called once to
+compile before timing. Runs are interleaved (A, B, C, A, B, C, ...) so that
+machine noise hits every contender alike, and medians are reported with the
+min-max range.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Timing(NamedTuple):
+    median: float  # seconds
+    low: float
+    high: float
+
+    def ms(self) -> str:
+        return (
+            f"{self.median * 1e3:8.3f} ms [{self.low * 1e3:.3f}-{self.high * 1e3:.3f}]"
+        )
+
+
+def _ready(out: Any) -> Any:
+    """Wait for JAX results; torch CPU calls are synchronous already."""
+    leaves = jax.tree_util.tree_leaves(out)
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array):
+            leaf.block_until_ready()
+    return out
+
+
+def interleaved(
+    fns: Sequence[Callable[[], Any]], reps: int, warmup: int = 2
+) -> list[Timing]:
+    """Time each zero-argument callable ``reps`` times, round-robin."""
+    for fn in fns:
+        for _ in range(warmup):
+            _ready(fn())
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            _ready(fn())
+            samples[i].append(time.perf_counter() - start)
+    return [Timing(statistics.median(s), min(s), max(s)) for s in samples]
+
+
+def copy_bandwidth(nbytes: int = 32 * 2**20, reps: int = 20) -> float:
+    """Measured device memory-copy bandwidth in bytes/s (read + write)."""
+    x = jnp.ones((nbytes // 4,), jnp.float32)
+    copy = jax.jit(lambda x: x + 1.0)
+    (t,) = interleaved([lambda: copy(x)], reps)
+    return 2 * nbytes / t.median
+
+
+def nbytes(*arrays: Any) -> int:
+    return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+def torch_threads(torch: Any, n: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with torch limited to ``n`` threads."""
+
+    def run() -> Any:
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(old)
+
+    return run
+
+
+def bench_op(
+    name: str,
+    x_np: np.ndarray,
+    pool: Callable[..., Any],
+    backward: Callable[..., Any],
+    torch_pool: Callable[[Any], Any] | None,
+    torch_backward: Callable[[Any, Any, Any], Any] | None,
+    baseline_pool: Callable[[Any], Any] | None,
+    reps: int,
+    torch: Any,
+    bandwidth: float,
+) -> list[dict[str, Any]]:
+    """All figures of one op on one input.
+
+    ``pool(x, algorithm=...) -> (values, indices)`` and ``backward(g, x_struct,
+    indices, algorithm=...)`` are jaxpool's; ``torch_pool(xt)`` and
+    ``torch_backward(gt, xt, it)`` torch's; ``baseline_pool(x) -> values`` is a
+    JAX-autodiff baseline for the train step (None: no such figure).
+    """
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(x_np)
+    fwd = jax.jit(lambda x: pool(x))
+    values, indices = fwd(x)
+    g = jnp.asarray(rng.standard_normal(values.shape).astype(x_np.dtype))
+    x_struct = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    bwd = {
+        a: jax.jit(lambda g, i, a=a: backward(g, x_struct, i, algorithm=a))
+        for a in ("scatter", "gather")
+    }
+    rows: list[dict[str, Any]] = []
+
+    def add(figure: str, contender: str, timing: Timing, base: Timing, moved: int):
+        rows.append(
+            dict(
+                shape=name,
+                figure=figure,
+                contender=contender,
+                median_ms=timing.median * 1e3,
+                low_ms=timing.low * 1e3,
+                high_ms=timing.high * 1e3,
+                ratio=timing.median / base.median,
+                gbps=moved / timing.median / 1e9,
+                roofline=moved / timing.median / bandwidth,
+            )
+        )
+
+    def figure(title: str, fns: dict[str, Callable[[], Any]], base: str, moved: int):
+        timings = dict(zip(fns, interleaved(list(fns.values()), reps), strict=True))
+        for contender, t in timings.items():
+            add(title, contender, t, timings[base], moved)
+
+    fwd_fns: dict[str, Callable[[], Any]] = {"jaxpool": lambda: fwd(x)}
+    bwd_fns: dict[str, Callable[[], Any]] = {
+        f"jaxpool {a}": (lambda a=a: bwd[a](g, indices)) for a in bwd
+    }
+    if torch is not None and torch_pool is not None and torch_backward is not None:
+        xt = torch.from_numpy(x_np)
+        _, it = torch_pool(xt)
+        gt = torch.from_numpy(np.asarray(g))
+        fwd_fns["torch"] = lambda: torch_pool(xt)
+        fwd_fns["torch 1 thread"] = torch_threads(torch, 1, fwd_fns["torch"])
+        bwd_fns["torch"] = lambda: torch_backward(gt, xt, it)
+        bwd_fns["torch 1 thread"] = torch_threads(torch, 1, bwd_fns["torch"])
+    with_torch = "torch" in fwd_fns
+    figure(
+        "forward",
+        fwd_fns,
+        "torch" if with_torch else "jaxpool",
+        nbytes(x, values, indices),
+    )
+    figure(
+        "backward",
+        bwd_fns,
+        "torch" if with_torch else "jaxpool scatter",
+        nbytes(g, indices, x),
+    )
+    if baseline_pool is not None:
+
+        def step_of(f: Callable[[Any], Any]) -> Callable[..., Any]:
+            return jax.jit(jax.grad(lambda x, w: jnp.sum(w * f(x))))
+
+        step = step_of(lambda x: pool(x)[0])
+        step_rw = step_of(baseline_pool)
+        figure(
+            "train step",
+            {"jaxpool": lambda: step(x, g), "lax.reduce_window": lambda: step_rw(x, g)},
+            "lax.reduce_window",
+            nbytes(x, values, indices, g, indices, x),
+        )
+    memory = fwd.lower(x).compile().memory_analysis()
+    temp = float(getattr(memory, "temp_size_in_bytes", float("nan")))
+    rows.append(
+        dict(
+            shape=name,
+            figure="forward temp memory",
+            contender="jaxpool",
+            temp_bytes=temp,
+            input_bytes=nbytes(x),
+            ratio=temp / nbytes(x),
+        )
+    )
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'shape':<28} {'figure':<20} {'contender':<18} {'median':>10} "
+        f"{'min-max':>19} {'ratio':>7} {'GB/s':>7} {'roofline':>8}"
+    )
+    for r in rows:
+        if "median_ms" in r:
+            print(
+                f"{r['shape']:<28} {r['figure']:<20} {r['contender']:<18} "
+                f"{r['median_ms']:8.3f}ms {r['low_ms']:8.3f}-{r['high_ms']:<8.3f}ms "
+                f"{r['ratio']:6.2f}x {r['gbps']:7.2f} {r['roofline']:7.0%}"
+            )
+        elif "temp_bytes" in r:
+            print(
+                f"{r['shape']:<28} {r['figure']:<20} {r['contender']:<18} "
+                f"temp {r['temp_bytes'] / 2**20:.2f} MiB = {r['ratio']:.2f}x input"
+            )
+
+
+def header(torch: Any, bandwidth: float) -> dict[str, Any]:
+    """Print and return the run's date, machine and versions."""
+    import os
+    import platform
+    import time
+
+    meta = dict(
+        date=time.strftime("%Y-%m-%d"),
+        jax=jax.__version__,
+        backend=jax.devices()[0].platform,
+        torch=getattr(torch, "__version__", None),
+        torch_threads=torch.get_num_threads() if torch is not None else None,
+        cpus=os.cpu_count(),
+        machine=platform.machine(),
+        bandwidth_gbps=bandwidth / 1e9,
+    )
+    print(", ".join(f"{k}={v}" for k, v in meta.items()))
+    return meta

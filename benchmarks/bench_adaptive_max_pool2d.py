@@ -1,0 +1,88 @@
+"""Benchmark adaptive_max_pool2d against PyTorch CPU.
+
+    python benchmarks/bench_adaptive_max_pool2d.py            # the tracked shapes
+    python benchmarks/bench_adaptive_max_pool2d.py --quick    # tiny shapes (smoke test)
+    python benchmarks/bench_adaptive_max_pool2d.py \
+        --json benchmarks/results/adaptive_max_pool2d.json
+
+Rows as in bench_max_pool3d.py: forward and backward against torch's
+adaptive_max_pool2d and adaptive_max_pool2d_backward (default threads and one),
+then the forward's temporary memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import bench_op, copy_bandwidth, header, print_rows
+
+import jaxpool
+
+# (N, C, H, W), (oH, oW)
+SHAPES = [
+    ((8, 64, 56, 56), (7, 7)),  # integer ratio
+    ((8, 64, 50, 50), (7, 7)),  # uniform overlapping windows (size 8, step 7)
+    ((4, 32, 97, 131), (13, 17)),  # irregular windows
+]
+QUICK = [((1, 2, 10, 9), (3, 4)), ((1, 2, 8, 8), (2, 2))]
+
+
+def cases(shapes, dtype, reps, torch, bandwidth):
+    rows = []
+    for shape, out in shapes:
+        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+        rows += bench_op(
+            f"{'x'.join(map(str, shape))} -> {out[0]}x{out[1]}",
+            x,
+            lambda x, algorithm="scatter", out=out: jaxpool.adaptive_max_pool2d(
+                x, out, algorithm=algorithm
+            ),
+            lambda g, x, i, algorithm: jaxpool.adaptive_max_pool2d_backward(
+                g, x, i, algorithm=algorithm
+            ),
+            lambda xt, out=out: torch.nn.functional.adaptive_max_pool2d(
+                xt, out, return_indices=True
+            ),
+            lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(gt, xt, it),
+            None,
+            reps,
+            torch,
+            bandwidth,
+        )
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 3 reps")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch not installed: jaxpool only")
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    reps = 3 if args.quick else args.reps
+    bandwidth = copy_bandwidth(2**20 if args.quick else 32 * 2**20)
+    meta = header(torch, bandwidth)
+    rows = cases(QUICK if args.quick else SHAPES, args.dtype, reps, torch, bandwidth)
+    print_rows(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

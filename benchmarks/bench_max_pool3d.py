@@ -1,0 +1,134 @@
+"""Benchmark max_pool3d_with_argmax against PyTorch CPU and lax.reduce_window.
+
+    python benchmarks/bench_max_pool3d.py                # the tracked shapes
+    python benchmarks/bench_max_pool3d.py --quick        # tiny shapes (smoke test)
+    python benchmarks/bench_max_pool3d.py --json benchmarks/results/max_pool3d.json
+
+One row per (shape, figure, contender): interleaved medians with min-max, the
+ratio to the row's baseline (torch for forward/backward, JAX's reduce_window
+autodiff for the train step grad(sum(w * pool(x)))), and effective GB/s against
+a measured copy bandwidth (the roofline). torch runs with its default threads
+and with one (XLA:CPU runs these fusions on one thread). Then the forward's
+temporary memory, and a cold compile of a 7^3 kernel in a fresh process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import bench_op, copy_bandwidth, header, print_rows
+
+import jaxpool
+
+# (N, C, D, H, W), kernel, stride, padding
+SHAPES = [
+    ((2, 32, 32, 32, 32), 2, 2, 0),
+    ((2, 32, 32, 32, 32), 3, 2, 1),
+    ((1, 16, 48, 48, 48), 3, 1, 1),
+]
+QUICK = [((1, 2, 8, 8, 8), 2, 2, 0), ((1, 2, 8, 8, 8), 3, 2, 1)]
+
+COMPILE_SNIPPET = """
+import time, jax, jax.numpy as jnp, jaxpool
+x = jax.ShapeDtypeStruct((1, 4, 24, 24, 24), jnp.float32)
+f = jax.jit(lambda x: jaxpool.max_pool3d_with_argmax(x, 7, 1, 3))
+t = time.perf_counter(); f.lower(x).compile(); print(time.perf_counter() - t)
+"""
+
+
+def compile_time() -> float:
+    """Cold compile of a 7^3 kernel, stride 1, padding 3, in a fresh process."""
+    run = subprocess.run(
+        [sys.executable, "-c", COMPILE_SNIPPET],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(run.stdout.strip().splitlines()[-1])
+
+
+def cases(shapes, dtype, reps, torch, bandwidth):
+    rows = []
+    for shape, k, s, p in shapes:
+        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+        pad = ((0, 0), (0, 0)) + ((p, p),) * 3
+        rows += bench_op(
+            f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
+            x,
+            lambda x, algorithm="scatter", k=k, s=s, p=p: (
+                jaxpool.max_pool3d_with_argmax(x, k, s, p, algorithm=algorithm)
+            ),
+            lambda g, x, i, algorithm, k=k, s=s, p=p: (
+                jaxpool.max_pool3d_with_argmax_backward(
+                    g, x, i, k, s, p, algorithm=algorithm
+                )
+            ),
+            lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
+                xt, k, s, p, return_indices=True
+            ),
+            lambda gt, xt, it, k=k, s=s, p=p: (
+                torch.ops.aten.max_pool3d_with_indices_backward(
+                    gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
+                )
+            ),
+            lambda x, k=k, s=s, pad=pad: lax.reduce_window(
+                x, -jnp.inf, lax.max, (1, 1, k, k, k), (1, 1, s, s, s), pad
+            ),
+            reps,
+            torch,
+            bandwidth,
+        )
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 3 reps")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch not installed: jaxpool and reduce_window only")
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    reps = 3 if args.quick else args.reps
+    bandwidth = copy_bandwidth(2**20 if args.quick else 32 * 2**20)
+    meta = header(torch, bandwidth)
+    rows = cases(QUICK if args.quick else SHAPES, args.dtype, reps, torch, bandwidth)
+    print_rows(rows)
+    if not args.quick:
+        seconds = compile_time()
+        rows.append(
+            dict(
+                shape="1x4x24^3 k7 s1 p3",
+                figure="compile time",
+                contender="jaxpool",
+                seconds=seconds,
+            )
+        )
+        print(
+            f"compile time, cold in a fresh process, kernel 7^3 stride 1 padding 3: "
+            f"{seconds:.2f} s"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
