@@ -139,7 +139,7 @@ def bench_op(
     if torch is not None and torch_pool is not None and torch_backward is not None:
         xt = torch.from_numpy(x_np)
         _, it = torch_pool(xt)
-        gt = torch.from_numpy(np.asarray(g))
+        gt = torch.from_numpy(np.array(g))
         fwd_fns["torch"] = lambda: torch_pool(xt)
         fwd_fns["torch 1 thread"] = torch_threads(torch, 1, fwd_fns["torch"])
         bwd_fns["torch"] = lambda: torch_backward(gt, xt, it)
@@ -222,3 +222,50 @@ def header(torch: Any, bandwidth: float) -> dict[str, Any]:
     )
     print(", ".join(f"{k}={v}" for k, v in meta.items()))
     return meta
+
+
+def main(
+    description: str,
+    cases: Callable[..., list[dict[str, Any]]],
+    shapes: list[Any],
+    quick_shapes: list[Any],
+    argv: list[str] | None = None,
+    extra: Callable[[], list[dict[str, Any]]] | None = None,
+) -> None:
+    """The command line shared by the benchmark scripts.
+
+    ``cases(shapes, dtype, reps, torch, bandwidth)`` returns the rows;
+    ``extra()`` (full runs only) adds rows measured otherwise, printed as is.
+    """
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 3 reps")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows here")
+    args = parser.parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch not installed: no torch rows")
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    reps = 3 if args.quick else args.reps
+    bandwidth = copy_bandwidth(2**20 if args.quick else 32 * 2**20)
+    meta = header(torch, bandwidth)
+    rows = cases(
+        quick_shapes if args.quick else shapes, args.dtype, reps, torch, bandwidth
+    )
+    print_rows(rows)
+    if extra is not None and not args.quick:
+        for row in extra():
+            rows.append(row)
+            print(row["text"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

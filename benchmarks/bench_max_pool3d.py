@@ -14,19 +14,17 @@ temporary memory, and a cold compile of a 7^3 kernel in a fresh process.
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import bench_op, copy_bandwidth, header, print_rows
+import _timing
+from _timing import bench_op
 
 import jaxpool
 
@@ -91,43 +89,22 @@ def cases(shapes, dtype, reps, torch, bandwidth):
     return rows
 
 
+def compile_rows():
+    seconds = compile_time()
+    text = f"compile time (cold, fresh process), kernel 7^3 s1 p3: {seconds:.2f} s"
+    return [
+        dict(
+            shape="1x4x24^3 k7 s1 p3",
+            figure="compile time",
+            contender="jaxpool",
+            seconds=seconds,
+            text=text,
+        )
+    ]
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny shapes, 3 reps")
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--no-torch", action="store_true")
-    parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args(argv)
-    torch = None
-    if not args.no_torch:
-        try:
-            import torch
-        except ImportError:
-            print("torch not installed: jaxpool and reduce_window only")
-    if args.dtype == "float64":
-        jax.config.update("jax_enable_x64", True)
-    reps = 3 if args.quick else args.reps
-    bandwidth = copy_bandwidth(2**20 if args.quick else 32 * 2**20)
-    meta = header(torch, bandwidth)
-    rows = cases(QUICK if args.quick else SHAPES, args.dtype, reps, torch, bandwidth)
-    print_rows(rows)
-    if not args.quick:
-        seconds = compile_time()
-        rows.append(
-            dict(
-                shape="1x4x24^3 k7 s1 p3",
-                figure="compile time",
-                contender="jaxpool",
-                seconds=seconds,
-            )
-        )
-        print(
-            f"compile time, cold in a fresh process, kernel 7^3 stride 1 padding 3: "
-            f"{seconds:.2f} s"
-        )
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    _timing.main(__doc__.split("\n")[0], cases, SHAPES, QUICK, argv, compile_rows)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,12 @@ def _stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
 
     One fused pass over every tap keeps temporaries near zero (measured) but
     costs a select per tap and output, ``k**d`` of them, and XLA compiles the
-    unrolled chain slowly. Past 64 taps, reduce one axis at a time instead (W,
-    then H, then D, carrying the index): ``d * k`` taps and a fast compile, for
-    intermediates about the size of the input.
+    unrolled chain slowly. Past 27 taps (a 3x3x3 cube), reduce one axis at a
+    time instead (W, then H, then D, carrying the index): ``d * k`` taps and a
+    fast compile, for intermediates up to the size of the input (a 7x7 adaptive
+    head on 56x56 keeps a quarter of it).
     """
-    if math.prod(w.taps for w in axes) <= 64:
+    if math.prod(w.taps for w in axes) <= 27:
         return [tuple(range(len(axes)))]
     return [(a,) for a in reversed(range(len(axes)))]
 
