@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ._spec import Algorithm, AxisWindows, flat_offsets, leading_sharding
 
@@ -100,11 +101,37 @@ def gather_sum(
     total = jnp.zeros(x.shape, acc, out_sharding=sharding)
     for slots in itertools.product(*(range(len(t)) for t in tables)):
         g, i = grads, indices
-        for a, (table, m) in enumerate(zip(tables, slots, strict=True)):
-            g = jnp.take(g, table[m], axis=batch + a, mode="fill", fill_value=0)
-            i = jnp.take(i, table[m], axis=batch + a, mode="fill", fill_value=-1)
+        for a, (w, table, m) in enumerate(zip(axes, tables, slots, strict=True)):
+            g = _spread(g, batch + a, w, table[m], 0)
+            i = _spread(i, batch + a, w, table[m], -1)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total.astype(x.dtype)
+
+
+def _spread(
+    arr: jax.Array, axis: int, w: AxisWindows, window: np.ndarray, fill: int
+) -> jax.Array:
+    """``arr[..., window[p], ...]`` for each input position ``p`` along ``axis``,
+    ``fill`` where ``window[p] == w.out`` (no such window).
+
+    Disjoint regular windows need no gather: each output repeated ``stride``
+    times and shifted into place is an elementwise (fusible) broadcast.
+    """
+    fill_value = jnp.array(fill, arr.dtype)
+    if not w.disjoint:
+        return jnp.take(arr, window, axis=axis, mode="fill", fill_value=fill)
+    shape = list(arr.shape)
+    tiled = [*shape[: axis + 1], w.stride, *shape[axis + 1 :]]
+    repeated = jnp.broadcast_to(jnp.expand_dims(arr, axis + 1), tiled)
+    repeated = repeated.reshape([*shape[:axis], w.out * w.stride, *shape[axis + 1 :]])
+    low = w.offset  # input position of the first repeated element
+    config = [(0, 0, 0)] * arr.ndim
+    config[axis] = (low, w.size - (low + w.out * w.stride), 0)
+    spread = lax.pad(repeated, fill_value, config)
+    mask_shape = [1] * len(shape)
+    mask_shape[axis] = w.size
+    covered = jnp.asarray((window < w.out).reshape(mask_shape))
+    return jnp.where(covered, spread, fill_value)
 
 
 def backward(

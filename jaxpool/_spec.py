@@ -56,6 +56,11 @@ class AxisWindows(NamedTuple):
             return np.minimum(np.add(self.starts, tap), np.subtract(self.ends, 1))
         return np.arange(self.out) * self.stride + self.offset + tap * self.dilation
 
+    @property
+    def disjoint(self) -> bool:
+        """Whether no two windows share an input position (regular windows)."""
+        return not self.starts and self.stride >= (self.taps - 1) * self.dilation + 1
+
     def span(self) -> tuple[np.ndarray, np.ndarray]:
         """Each window's half-open range ``[lo, hi)`` of input positions."""
         if self.starts:
