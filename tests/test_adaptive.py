@@ -68,12 +68,16 @@ def test_windows_follow_the_exact_integer_formula():
 
 
 def test_integer_ratio_is_a_plain_strided_pool():
-    # Uniform windows reuse the strided-slice path: no gather in the program.
+    # Uniform windows reuse the strided-slice path: the only gather left is the
+    # read-back of the values at the chosen indices.
     x = jnp.zeros((2, 3, 56, 56))
-    jaxpr = str(jax.make_jaxpr(lambda x: jaxpool.adaptive_max_pool2d(x, 7))(x))
-    assert "gather" not in jaxpr
-    jaxpr = str(jax.make_jaxpr(lambda x: jaxpool.adaptive_max_pool2d(x, (7, 6)))(x))
-    assert "gather" in jaxpr  # 56 -> 6 starts 0, 9, 18, 28: not a strided pool
+
+    def gathers(output_size):
+        f = lambda x: jaxpool.adaptive_max_pool2d(x, output_size)  # noqa: E731
+        return str(jax.make_jaxpr(f)(x)).count("gather[")
+
+    assert gathers(7) == 1
+    assert gathers((7, 6)) > 1  # 56 -> 6 starts 0, 9, 18, 28: per-window taps
 
 
 def test_large_plane_beyond_float32_window_arithmetic():
