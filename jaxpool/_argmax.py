@@ -12,7 +12,6 @@ import functools
 import itertools
 import math
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import jax
@@ -155,7 +154,7 @@ def argmax_pool(backward: Backward) -> Callable[[jax.Array, Any, Algorithm], Any
     integer indices (``float0`` or an integer array) is ignored.
     """
 
-    @partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
     def pool(x: jax.Array, spec: Any, algorithm: Algorithm) -> tuple[Any, Any]:
         del algorithm  # the backward's choice
         return window_argmax(x, spec.axes)

@@ -87,14 +87,6 @@ class AxisWindows(NamedTuple):
         start = np.arange(self.out) * self.stride + self.offset
         return -(np.minimum(start, 0) // self.dilation)  # ceil(max(0, -start) / d)
 
-    def first(self) -> np.ndarray:
-        """Each window's first non-negative tap (the index of an all ``-inf`` one)."""
-        if self.starts:
-            return np.asarray(self.starts)
-        start = np.arange(self.out) * self.stride + self.offset
-        skip = -(np.minimum(start, 0) // self.dilation)  # ceil(max(0, -start) / d)
-        return start + skip * self.dilation
-
 
 def flat_offsets(
     positions: Sequence[np.ndarray], in_size: tuple[int, ...]

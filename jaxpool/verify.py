@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -257,4 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # piped into `head`: the run was cut short, not verified
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.exit(1)
