@@ -124,8 +124,8 @@ def gather_values(x: jax.Array, index: jax.Array, lead: int) -> jax.Array:
 
     The scan computes these values too, but as a second output XLA gives them a
     loop of their own that redoes the whole scan; reading them back from the
-    input at the chosen index leaves one scan, and one consumer of the padded
-    input, which XLA then fuses instead of copying.
+    input at the chosen index leaves one scan. (The padded input is still
+    copied once: XLA does not fuse a pad that the scan reads k**d times.)
     """
     planes = x.reshape(*x.shape[:lead], math.prod(x.shape[lead:]))
     flat = index.reshape(*index.shape[:lead], math.prod(index.shape[lead:]))
