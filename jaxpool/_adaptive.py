@@ -1,4 +1,5 @@
-"""``adaptive_max_pool2d`` and its backward."""
+"""``adaptive_max_pool{1,2,3}d`` and their backward ops: thin calls into one N-d
+core."""
 
 from __future__ import annotations
 
@@ -11,16 +12,66 @@ from jax.typing import ArrayLike
 from . import _spec
 from ._argmax import argmax_pool
 from ._scatter import backward
-from ._spec import Algorithm
+from ._windows import AdaptiveSpec, Algorithm
 
-_FWD = "adaptive_max_pool2d"
-_BWD = "adaptive_max_pool2d_backward"
+_FWD = {nd: f"adaptive_max_pool{nd}d" for nd in (1, 2, 3)}
+_BWD = {nd: f"adaptive_max_pool{nd}d_backward" for nd in (1, 2, 3)}
+OutputSize = int | Sequence[int | None]
+
+
+def _forward(
+    nd: int, x: ArrayLike, output_size: Any, channels_last: Any, algorithm: Any
+) -> Any:
+    fn = _FWD[nd]
+    x = _spec.float_array(fn, "x", x)
+    spec = _spec.adaptive_spec(fn, x.shape, nd, output_size, channels_last)
+    algorithm = _spec.algorithm(fn, algorithm)
+    with jax.named_scope(f"jaxpool.{fn}"):
+        return _pool(x, spec, algorithm)
+
+
+def _backward(
+    nd: int,
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    channels_last: Any,
+    algorithm: Any,
+) -> jax.Array:
+    fn = _BWD[nd]
+    x_struct = _spec.shape_dtype(fn, "x", x)
+    cl = _spec.static_bool(fn, "channels_last", channels_last)
+    spatial = _spec.split_shape(fn, x_struct.shape, nd, cl)
+    grad_output = _spec.float_array(fn, "grad_output", grad_output)
+    indices = _spec.int_array(fn, "indices", indices)
+    out = _spec.pooled_spatial(fn, x_struct.shape, nd, cl, "grad_output", grad_output)
+    _spec.check_shapes(fn, grad_output.shape, indices=indices)
+    algorithm = _spec.algorithm(fn, algorithm)
+    spec = AdaptiveSpec(spatial, out, cl)
+    trail = int(cl)
+    with jax.named_scope(f"jaxpool.{fn}"):
+        return backward(grad_output, indices, x_struct, spec.axes, trail, algorithm)
+
+
+def _backward_rule(
+    grad_output: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    indices: jax.Array,
+    spec: AdaptiveSpec,
+    algorithm: Algorithm,
+) -> jax.Array:
+    nd = len(spec.in_size)
+    return _backward(nd, grad_output, x, indices, spec.channels_last, algorithm)
+
+
+_pool = argmax_pool(_backward_rule)
 
 
 def adaptive_max_pool2d(
     x: ArrayLike,
-    output_size: int | Sequence[int | None],
+    output_size: OutputSize,
     *,
+    channels_last: bool = False,
     algorithm: Algorithm = "scatter",
 ) -> tuple[jax.Array, jax.Array]:
     """2-D adaptive max pooling that also returns the argmax of every window.
@@ -40,19 +91,21 @@ def adaptive_max_pool2d(
     integer, and repeat elements when ``O > L``.
 
     Args:
-      x: ``(N, C, H, W)`` or ``(C, H, W)``; float16, bfloat16, float32 or
-        float64.
+      x: ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` or ``(H, W, C)``
+        with ``channels_last``); float16, bfloat16, float32 or float64.
       output_size: ``oH`` = ``oW`` as an int, or a pair ``(oH, oW)``, each an int
         >= 1 (it may exceed the input size) or ``None`` to keep that input size.
         Static: under ``jax.jit`` close over it or mark it static.
+      channels_last: ``x`` (and the outputs) keep channels in the last axis.
       algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
         ``"gather"`` (deterministic); see
         :func:`adaptive_max_pool2d_backward`.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
-      ``x``). ``values`` has ``x.dtype``; ``indices`` is int32, the flat offset
-      ``h * W + w`` inside each ``(n, c)`` plane. Ties keep the first maximum in
+      ``x``; channels last with ``channels_last``). ``values`` has ``x.dtype``;
+      ``indices`` is int32, the flat offset ``h * W + w`` inside each ``(n, c)``
+      plane. Ties keep the first maximum in
       ``(h, w)`` order; a window holding NaN gives NaN at its last NaN.
 
     Raises:
@@ -67,11 +120,7 @@ def adaptive_max_pool2d(
       >>> values.tolist(), indices.tolist()
       ([[[5.0, 6.0]]], [[[1, 5]]])
     """
-    x = _spec.float_array(_FWD, "x", x)
-    spec = _spec.adaptive_spec(_FWD, x.shape, 2, output_size)
-    algorithm = _spec.algorithm(_FWD, algorithm)
-    with jax.named_scope(f"jaxpool.{_FWD}"):
-        return _pool(x, spec, algorithm)
+    return _forward(2, x, output_size, channels_last, algorithm)
 
 
 def adaptive_max_pool2d_backward(
@@ -79,6 +128,7 @@ def adaptive_max_pool2d_backward(
     x: ArrayLike | jax.ShapeDtypeStruct,
     indices: ArrayLike,
     *,
+    channels_last: bool = False,
     algorithm: Algorithm = "scatter",
 ) -> jax.Array:
     """Gradient of :func:`adaptive_max_pool2d` with respect to ``x``.
@@ -118,27 +168,119 @@ def adaptive_max_pool2d_backward(
       Array([[[0., 1., 0.],
               [0., 0., 1.]]], dtype=float32)
     """
-    x_struct = _spec.shape_dtype(_BWD, "x", x)
-    _spec.split_shape(_BWD, x_struct.shape, 2)
-    grad_output = _spec.float_array(_BWD, "grad_output", grad_output)
-    indices = _spec.int_array(_BWD, "indices", indices)
-    out_shape = _spec.adaptive_out_shape(_BWD, x_struct.shape, 2, grad_output)
-    _spec.check_backward(_BWD, out_shape, grad_output, indices)
-    algorithm = _spec.algorithm(_BWD, algorithm)
-    spec = _spec.AdaptiveSpec(x_struct.shape[-2:], out_shape[-2:])
-    with jax.named_scope(f"jaxpool.{_BWD}"):
-        return backward(grad_output, indices, x_struct, spec.axes, algorithm)
+    return _backward(2, grad_output, x, indices, channels_last, algorithm)
 
 
-def _backward_rule(
-    grad_output: jax.Array,
-    x: jax.ShapeDtypeStruct,
-    indices: jax.Array,
-    spec: Any,
-    algorithm: Algorithm,
+def adaptive_max_pool3d(
+    x: ArrayLike,
+    output_size: OutputSize,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """3-D adaptive max pooling with argmax: :func:`adaptive_max_pool2d` over
+    ``(D, H, W)``.
+
+    Equal to PyTorch's ``adaptive_max_pool3d(..., return_indices=True)``, bit
+    for bit; the same windows, rules and errors as the 2-D op.
+
+    Args:
+      x: ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` or
+        ``(D, H, W, C)`` with ``channels_last``); a floating dtype.
+      output_size: an int, or 3 entries each an int >= 1 or ``None``.
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oD, oH, oW)`` in ``x``'s layout;
+      indices int32 ``d * H * W + h * W + w`` inside each plane.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(24.0).reshape(1, 2, 3, 4)
+      >>> values, indices = jaxpool.adaptive_max_pool3d(x, (1, 1, 2))
+      >>> values.tolist(), indices.tolist()
+      ([[[[21.0, 23.0]]]], [[[[21, 23]]]])
+    """
+    return _forward(3, x, output_size, channels_last, algorithm)
+
+
+def adaptive_max_pool3d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
 ) -> jax.Array:
-    del spec  # the shapes carry everything the adaptive backward needs
-    return adaptive_max_pool2d_backward(grad_output, x, indices, algorithm=algorithm)
+    """Gradient of :func:`adaptive_max_pool3d`; see
+    :func:`adaptive_max_pool2d_backward` for the rules.
+
+    Args:
+      grad_output: ``(N, C, oD, oH, oW)`` (or ``(C, oD, oH, oW)``), in ``x``'s
+        layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    return _backward(3, grad_output, x, indices, channels_last, algorithm)
 
 
-_pool = argmax_pool(_backward_rule)
+def adaptive_max_pool1d(
+    x: ArrayLike,
+    output_size: OutputSize,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """1-D adaptive max pooling with argmax: :func:`adaptive_max_pool2d` over
+    ``L``.
+
+    Equal to PyTorch's ``adaptive_max_pool1d(..., return_indices=True)``.
+
+    Args:
+      x: ``(N, C, L)`` or ``(C, L)`` (``(N, L, C)`` or ``(L, C)`` with
+        ``channels_last``); a floating dtype.
+      output_size: an int >= 1, or a 1-sequence of one (or ``None``).
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> values, indices = jaxpool.adaptive_max_pool1d(
+      ...     jnp.array([[3.0, 1.0, 4.0, 1.0, 5.0]]), 2)
+      >>> values.tolist(), indices.tolist()
+      ([[4.0, 5.0]], [[2, 4]])
+    """
+    return _forward(1, x, output_size, channels_last, algorithm)
+
+
+def adaptive_max_pool1d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> jax.Array:
+    """Gradient of :func:`adaptive_max_pool1d`; see
+    :func:`adaptive_max_pool2d_backward` for the rules.
+
+    Args:
+      grad_output: ``(N, C, oL)`` (or ``(C, oL)``), in ``x``'s layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    return _backward(1, grad_output, x, indices, channels_last, algorithm)

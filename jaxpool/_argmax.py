@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._spec import Algorithm, AxisWindows, leading_sharding
+from ._scatter import gather_at
+from ._windows import Algorithm, AxisWindows, plane_sharding, split, with_spatial
 
 
 def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
@@ -48,9 +49,9 @@ def _stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
 
 
 def window_argmax(
-    x: jax.Array, axes: tuple[AxisWindows, ...]
+    x: jax.Array, axes: tuple[AxisWindows, ...], trail: int = 0
 ) -> tuple[jax.Array, jax.Array]:
-    """Max and flat argmax of every window over the trailing ``len(axes)`` axes.
+    """Max and flat argmax of every window over the spatial axes of ``x``.
 
     Each window is scanned in row-major tap order from (``-inf``, its first
     in-bounds tap), replacing the best when ``value > best`` or ``value`` is
@@ -60,21 +61,24 @@ def window_argmax(
     flat index of its choice (see :func:`_stages`).
 
     Args:
-      x: ``(*B, *S)`` input, ``S`` matching ``axes``' sizes.
+      x: ``(*B, *S, *T)`` input, ``S`` matching ``axes``' sizes, ``T`` the
+        ``trail`` trailing axes (channels-last).
       axes: windows of each spatial axis.
+      trail: number of trailing non-spatial axes, 0 or 1.
 
     Returns:
-      ``(values, indices)``, each ``(*B, *O)``; values in ``x.dtype``, indices
-      int32 offsets into the unpadded ``S`` plane.
+      ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,
+      indices int32 offsets into the unpadded ``S`` plane.
     """
-    lead = x.ndim - len(axes)
+    nd = len(axes)
+    lead, _ = split(x.ndim, nd, trail)
     in_size = tuple(w.size for w in axes)
-    strides = [math.prod(in_size[a + 1 :]) for a in range(len(axes))]
-    sharding = leading_sharding(x, lead)
+    strides = [math.prod(in_size[a + 1 :]) for a in range(nd)]
+    sharding = plane_sharding(x, nd, trail, nd)
     # -inf padding, never chosen. (Padding each tap's slice instead avoids this
     # copy, but XLA then materialises every padded tap: a k**d patch tensor, 2x
     # faster at stride 2, 10x slower at stride 1. Measured, not kept.)
-    pads = [(0, 0, 0)] * lead + [(*w.pad, 0) for w in axes]
+    pads = [(0, 0, 0)] * lead + [(*w.pad, 0) for w in axes] + [(0, 0, 0)] * trail
     neg_inf = jnp.array(-jnp.inf, x.dtype)
     best = lax.pad(x, neg_inf, pads) if any(any(p) for p in pads) else x
     index = None  # partial flat offsets of the axes reduced so far
@@ -116,28 +120,8 @@ def window_argmax(
             chosen = jnp.where(take, tap_index, chosen)
         best, index = values, chosen
     assert index is not None
-    return gather_values(x, index, lead), index
-
-
-def gather_values(x: jax.Array, index: jax.Array, lead: int) -> jax.Array:
-    """``x`` at ``index`` in each plane (``-inf`` outside it): the pooled values.
-
-    The scan computes these values too, but as a second output XLA gives them a
-    loop of their own that redoes the whole scan; reading them back from the
-    input at the chosen index leaves one scan. (The padded input is still
-    copied once: XLA does not fuse a pad that the scan reads k**d times.)
-    """
-    planes = x.reshape(*x.shape[:lead], math.prod(x.shape[lead:]))
-    flat = index.reshape(*index.shape[:lead], math.prod(index.shape[lead:]))
-
-    def plane(p: jax.Array, i: jax.Array) -> jax.Array:
-        return p.at[i].get(
-            mode="fill", fill_value=-jnp.inf, wrap_negative_indices=False
-        )
-
-    for _ in range(lead):
-        plane = jax.vmap(plane)
-    return plane(planes, flat).reshape(index.shape)
+    values = gather_at(x, index, nd, trail, -jnp.inf)
+    return values, index
 
 
 Backward = Callable[
@@ -157,18 +141,19 @@ def argmax_pool(backward: Backward) -> Callable[[jax.Array, Any, Algorithm], Any
     @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
     def pool(x: jax.Array, spec: Any, algorithm: Algorithm) -> tuple[Any, Any]:
         del algorithm  # the backward's choice
-        return window_argmax(x, spec.axes)
+        return window_argmax(x, spec.axes, int(spec.channels_last))
 
     def pool_fwd(x: jax.Array, spec: Any, algorithm: Algorithm) -> tuple[Any, Any]:
-        out, indices = window_argmax(x, spec.axes)
+        out, indices = window_argmax(x, spec.axes, int(spec.channels_last))
         return (out, indices), indices
 
     def pool_bwd(
         spec: Any, algorithm: Algorithm, indices: jax.Array, cts: Any
     ) -> tuple[jax.Array]:
         grad_output = cts[0]
-        lead = indices.shape[: indices.ndim - len(spec.in_size)]
-        x = jax.ShapeDtypeStruct(lead + spec.in_size, grad_output.dtype)
+        nd, trail = len(spec.in_size), int(spec.channels_last)
+        shape = with_spatial(indices.shape, nd, trail, spec.in_size)
+        x = jax.ShapeDtypeStruct(shape, grad_output.dtype)
         return (backward(grad_output, x, indices, spec, algorithm),)
 
     pool.defvjp(pool_fwd, pool_bwd)

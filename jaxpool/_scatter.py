@@ -1,23 +1,31 @@
-"""The backward kernels: gradients summed at their argmax, two ways.
+"""Per-plane indexing: the backward kernels, the value read-back, the unpool.
+
+The backward sums gradients at their argmax, two ways.
 
 ``scatter`` (the default) is a per-plane scatter-add: fast everywhere, but on
 GPU XLA's scatter-add uses atomics, so overlapping windows sum in a varying
 order. ``gather`` visits, for every input element, the windows that cover it in
 a fixed order and adds the gradients of those that chose it: no scatter, so the
 same bits on every run and backend.
+
+Every kernel here works plane by plane: an index is an offset into its own
+``(n, c)`` plane, never a global one, so none can overflow int32 or reach a
+neighbouring plane, and an index outside the plane (negative ones included) is
+dropped.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._spec import Algorithm, AxisWindows, flat_offsets, leading_sharding
+from ._windows import Algorithm, AxisWindows, flat_offsets, plane_sharding, split
 
 
 def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -25,41 +33,93 @@ def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def scatter_add(
-    grad_output: jax.Array, indices: jax.Array, x: jax.ShapeDtypeStruct, nd: int
-) -> jax.Array:
-    """``grad_input[b].flat[indices[b, q]] += grad_output[b, q]`` for every plane.
+def per_plane(fn: Callable[..., jax.Array], lead: int, trail: int) -> Callable:
+    """``fn`` over flat planes, vmapped over ``lead`` leading and ``trail``
+    trailing axes of every argument and of the result."""
+    for _ in range(trail):
+        fn = jax.vmap(fn, in_axes=-1, out_axes=-1)
+    for _ in range(lead):
+        fn = jax.vmap(fn)
+    return fn
 
-    Each leading ``(n, c)`` plane scatters into its own ``prod(S)`` elements
-    (a batched scatter, one vmap per leading axis): no global offsets that could
-    overflow int32 or let a bad index reach a neighbouring plane, and leading
-    axes stay separate so sharding over them needs no communication. Indices
+
+def _flatten(arr: jax.Array, nd: int, trail: int) -> jax.Array:
+    """``(*B, *S, *T)`` to ``(*B, prod(S), *T)``."""
+    first, stop = split(arr.ndim, nd, trail)
+    return arr.reshape(
+        *arr.shape[:first], math.prod(arr.shape[first:stop]), *arr.shape[stop:]
+    )
+
+
+def gather_at(
+    x: jax.Array, indices: jax.Array, nd: int, trail: int, fill: float
+) -> jax.Array:
+    """``x[b].flat[indices[b, q]]`` for every plane, ``fill`` outside it.
+
+    Args:
+      x: ``(*B, *S, *T)``.
+      indices: ``(*B, *O, *T)`` integer flat offsets into each ``S`` plane.
+      nd: number of spatial axes, ``len(S)``.
+      trail: number of trailing axes ``T`` (0, or 1 for channels-last).
+      fill: the value for indices outside ``[0, prod(S))``.
+
+    Returns:
+      ``(*B, *O, *T)`` in ``x.dtype``.
+    """
+
+    def plane(p: jax.Array, i: jax.Array) -> jax.Array:
+        return (
+            p.at[i.ravel()]
+            .get(mode="fill", fill_value=fill, wrap_negative_indices=False)
+            .reshape(i.shape)
+        )
+
+    lead, _ = split(indices.ndim, nd, trail)
+    return per_plane(plane, lead, trail)(_flatten(x, nd, trail), indices)
+
+
+def scatter_to(
+    updates: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    nd: int,
+    trail: int,
+    accumulate: bool,
+) -> jax.Array:
+    """Zeros like ``x``, then ``out[b].flat[indices[b, q]] += updates[b, q]`` (or
+    ``=`` when not ``accumulate``) for every plane.
+
+    A batched scatter, one vmap per leading and trailing axis; non-spatial axes
+    stay separate, so sharding over them needs no communication. Indices
     outside ``[0, prod(S))``, negative ones included, are dropped.
 
     Args:
-      grad_output: ``(*B, *O)`` gradients of the pooled values.
-      indices: ``(*B, *O)`` integer flat offsets into each ``S`` plane.
-      x: shape ``(*B, *S)`` and dtype of the result.
+      updates: ``(*B, *O, *T)`` values.
+      indices: ``(*B, *O, *T)`` integer flat offsets into each ``S`` plane.
+      x: shape ``(*B, *S, *T)`` and dtype of the result.
       nd: number of spatial axes, ``len(S)``.
+      trail: number of trailing axes ``T`` (0, or 1 for channels-last).
+      accumulate: add (the backward; in :func:`accumulation_dtype`, rounded
+        once) or place (the unpool: equal indices must carry equal values, or
+        which one lands is unspecified).
 
     Returns:
-      ``(*B, *S)`` gradient in ``x.dtype``, accumulated in
-      :func:`accumulation_dtype`.
+      ``(*B, *S, *T)`` in ``x.dtype``.
     """
-    batch = grad_output.ndim - nd
-    lead = grad_output.shape[:batch]
-    size = math.prod(x.shape[batch:])
-    acc = accumulation_dtype(x.dtype)
-    zeros = jnp.zeros((*lead, size), acc, out_sharding=leading_sharding(indices, batch))
+    acc = accumulation_dtype(x.dtype) if accumulate else x.dtype
+    first, stop = split(len(x.shape), nd, trail)
+    size = math.prod(x.shape[first:stop])
+    shape = (*x.shape[:first], size, *x.shape[stop:])
+    flat = jnp.zeros(shape, acc, out_sharding=plane_sharding(indices, nd, trail, 1))
 
-    def plane(z: jax.Array, g: jax.Array, i: jax.Array) -> jax.Array:
-        return z.at[i.ravel()].add(
-            g.ravel().astype(acc), mode="drop", wrap_negative_indices=False
-        )
+    def plane(z: jax.Array, u: jax.Array, i: jax.Array) -> jax.Array:
+        at = z.at[i.ravel()]
+        u = u.ravel().astype(acc)
+        if accumulate:
+            return at.add(u, mode="drop", wrap_negative_indices=False)
+        return at.set(u, mode="drop", wrap_negative_indices=False)
 
-    for _ in range(batch):
-        plane = jax.vmap(plane)
-    out = plane(zeros, grad_output, indices)
+    out = per_plane(plane, first, trail)(flat, updates, indices)
     return out.reshape(x.shape).astype(x.dtype)
 
 
@@ -68,6 +128,7 @@ def gather_sum(
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     axes: tuple[AxisWindows, ...],
+    trail: int,
 ) -> jax.Array:
     """Deterministic backward: for each input element, in a fixed order, add the
     gradient of every window that covers it and chose it.
@@ -79,23 +140,26 @@ def gather_sum(
     its window, outside the plane, negative) contributes nothing.
 
     Args:
-      grad_output: ``(*B, *O)`` gradients of the pooled values.
-      indices: ``(*B, *O)`` integer flat offsets into each ``S`` plane.
-      x: shape ``(*B, *S)`` and dtype of the result.
+      grad_output: ``(*B, *O, *T)`` gradients of the pooled values.
+      indices: ``(*B, *O, *T)`` integer flat offsets into each ``S`` plane.
+      x: shape ``(*B, *S, *T)`` and dtype of the result.
       axes: the windows of each spatial axis.
+      trail: number of trailing axes ``T`` (0, or 1 for channels-last).
 
     Returns:
-      ``(*B, *S)`` gradient in ``x.dtype``, accumulated in
+      ``(*B, *S, *T)`` gradient in ``x.dtype``, accumulated in
       :func:`accumulation_dtype`.
     """
-    batch = grad_output.ndim - len(axes)
+    nd = len(axes)
+    batch, _ = split(grad_output.ndim, nd, trail)
     acc = accumulation_dtype(x.dtype)
     grads = grad_output.astype(acc)
     index_dtype = jnp.promote_types(indices.dtype, jnp.int32)
     indices = indices.astype(index_dtype)
     in_size = tuple(w.size for w in axes)
-    sharding = leading_sharding(indices, batch)
-    here = flat_offsets([np.arange(n) for n in in_size], in_size).astype(index_dtype)
+    sharding = plane_sharding(indices, nd, trail, nd)
+    here = flat_offsets([np.arange(n) for n in in_size], in_size, trail)
+    here = here.astype(index_dtype)
     here = jnp.broadcast_to(here, x.shape, out_sharding=sharding)
     tables = [w.covering() for w in axes]
     total = jnp.zeros(x.shape, acc, out_sharding=sharding)
@@ -139,9 +203,10 @@ def backward(
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     axes: tuple[AxisWindows, ...],
+    trail: int,
     algorithm: Algorithm,
 ) -> jax.Array:
     """The backward of every pool with the chosen ``algorithm``."""
     if algorithm == "gather":
-        return gather_sum(grad_output, indices, x, axes)
-    return scatter_add(grad_output, indices, x, len(axes))
+        return gather_sum(grad_output, indices, x, axes, trail)
+    return scatter_to(grad_output, indices, x, len(axes), trail, accumulate=True)

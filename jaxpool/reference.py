@@ -28,19 +28,39 @@ import numpy as np
 __all__ = [
     "adaptive_max_pool",
     "max_pool",
+    "max_unpool",
     "output_size",
     "scatter_add",
 ]
 
 
+Padding = int | tuple[int, int]
+
+
+def _pair(padding: Padding) -> tuple[int, int]:
+    if isinstance(padding, int):
+        return padding, padding
+    lo, hi = padding
+    return lo, hi
+
+
 def output_size(
-    size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool
+    size: int,
+    kernel: int,
+    stride: int,
+    padding: Padding,
+    dilation: int,
+    ceil_mode: bool,
 ) -> int:
-    """Output length of a strided pool along one axis (PyTorch's rule)."""
-    numerator = size + 2 * padding - dilation * (kernel - 1) - 1
+    """Output length of a strided pool along one axis (PyTorch's rule).
+
+    ``padding`` is PyTorch's ``p`` (both sides) or a ``(lo, hi)`` pair.
+    """
+    lo, hi = _pair(padding)
+    numerator = size + lo + hi - dilation * (kernel - 1) - 1
     if ceil_mode:
         out = -(-numerator // stride) + 1
-        if (out - 1) * stride >= size + padding:
+        if (out - 1) * stride >= size + lo:
             out -= 1
     else:
         out = numerator // stride + 1
@@ -101,16 +121,17 @@ def max_pool(
     x: np.ndarray,
     kernel_size: tuple[int, ...],
     stride: tuple[int, ...],
-    padding: tuple[int, ...],
+    padding: tuple[Padding, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max pool with argmax over the trailing ``len(kernel_size)`` axes.
 
-    Tap ``j`` of output ``o`` along an axis sits at ``o * stride - padding + j *
-    dilation``; taps outside the input are skipped (padding is never chosen). A
-    window's scan starts at its first non-negative tap, which lies outside the
-    input when the window has no in-bounds tap at all.
+    ``padding`` entries are ints (both sides) or ``(lo, hi)`` pairs. Tap ``j``
+    of output ``o`` along an axis sits at ``o * stride - lo + j * dilation``;
+    taps outside the input are skipped (padding is never chosen). A window's
+    scan starts at its first non-negative tap, which lies outside the input
+    when the window has no in-bounds tap at all.
 
     Returns:
       ``(values, indices)``: values in ``x.dtype``, int32 flat offsets into each
@@ -127,7 +148,7 @@ def max_pool(
         positions: list[list[int]] = []
         first: list[int] = []
         for a in range(nd):
-            start = o[a] * stride[a] - padding[a]
+            start = o[a] * stride[a] - _pair(padding[a])[0]
             taps = [start + j * dilation[a] for j in range(kernel_size[a])]
             positions.append([t for t in taps if 0 <= t < spatial[a]])
             first.append(next(t for t in taps if t >= 0))
@@ -179,4 +200,26 @@ def scatter_add(
     for b in range(grads.shape[0]):
         keep = (where[b] >= 0) & (where[b] < size)
         np.add.at(result[b], where[b][keep], grads[b][keep])
+    return result.reshape(lead + tuple(spatial))
+
+
+def max_unpool(
+    x: np.ndarray, indices: np.ndarray, spatial: tuple[int, ...]
+) -> np.ndarray:
+    """Unpool: ``out[b].flat[indices[b, q]] = x[b, q]``, zeros elsewhere.
+
+    ``x`` and ``indices`` are ``(*B, *O)``; the result is ``(*B, *spatial)`` in
+    ``x.dtype``. Indices outside ``[0, prod(spatial))`` are dropped; for equal
+    indices the last write wins.
+    """
+    nd = len(spatial)
+    lead = x.shape[: x.ndim - nd]
+    size = math.prod(spatial)
+    values = x.reshape(math.prod(lead), -1)
+    where = np.asarray(indices, np.int64).reshape(values.shape)
+    result = np.zeros((values.shape[0], size), x.dtype)
+    for b in range(values.shape[0]):
+        for q in range(values.shape[1]):
+            if 0 <= where[b, q] < size:
+                result[b, where[b, q]] = values[b, q]
     return result.reshape(lead + tuple(spatial))

@@ -102,7 +102,7 @@ def assert_close(actual, expected, dtype: str, what: str = "") -> None:
 def to_torch(torch, x: np.ndarray):
     if x.dtype == np_dtype("bfloat16"):
         return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(x))
+    return torch.from_numpy(np.array(x))  # a writable, contiguous copy
 
 
 def from_torch(torch, t) -> np.ndarray:

@@ -12,7 +12,7 @@ MODULES = sorted(m.name for m in pkgutil.iter_modules(jaxpool.__path__, "jaxpool
 
 
 def test_every_module_is_listed():
-    assert "jaxpool._max_pool3d" in MODULES and "jaxpool.reference" in MODULES
+    assert "jaxpool._max_pool" in MODULES and "jaxpool.reference" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -20,5 +20,10 @@ def test_docstring_examples(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
-    if name in ("jaxpool._max_pool3d", "jaxpool._adaptive", "jaxpool.reference"):
+    if name in (
+        "jaxpool._max_pool",
+        "jaxpool._adaptive",
+        "jaxpool._unpool",
+        "jaxpool.reference",
+    ):
         assert result.attempted > 0, f"{name} lost its examples"

@@ -287,7 +287,7 @@ def test_vjp_residuals_are_the_indices_only():
 
 @pytest.mark.parametrize("index_ct", ["float0", "int32"])
 def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
-    from jaxpool._max_pool3d import _pool
+    from jaxpool._max_pool import _pool
 
     x = jnp.asarray(
         make_input(np.random.default_rng(3), (1, 1, 4, 4, 4), "float32", "random")
@@ -297,7 +297,7 @@ def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
         indices.shape, jax.dtypes.float0 if index_ct == "float0" else np.int32
     )
     (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
-    spec = jaxpool._spec.pool_spec("t", x.shape, 3, 2, None, 0, 1, False)
+    spec = jaxpool._spec.pool_spec("t", x.shape, 3, 2, None, 0, 1, False, False)
     (grad,) = _pool.bwd(spec, "scatter", indices, (jnp.ones_like(values), ct))
     assert_same(grad, want)
     assert float(grad.sum()) == values.size

@@ -135,3 +135,61 @@ def test_adaptive_max_pool2d_matches_torch(torch, case, dtype, kind):
         rng,
         dtype,
     )
+
+
+# The rest of the family: (nd, shape, kwargs) for torch's max_pool{1,2}d and
+# (nd, shape, output_size) for adaptive_max_pool{1,3}d.
+POOL_FAMILY = [
+    (1, (2, 3, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    (1, (3, 9), dict(kernel_size=2, dilation=2)),
+    (2, (2, 3, 7, 8), dict(kernel_size=2)),
+    (2, (1, 2, 9, 7), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1))),
+    (2, (2, 5, 6), dict(kernel_size=3, stride=2, dilation=2, ceil_mode=True)),
+]
+ADAPTIVE_FAMILY = [
+    (1, (2, 3, 10), 4),
+    (1, (3, 5), 8),
+    (3, (1, 2, 5, 7, 6), (3, 4, None)),
+    (3, (2, 6, 6, 9), 3),
+]
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", range(len(POOL_FAMILY)))
+def test_max_pool1d_2d_match_torch(torch, case, dtype, kind):
+    nd, shape, kwargs = POOL_FAMILY[case]
+    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    backward = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+    torch_pool = getattr(torch.nn.functional, f"max_pool{nd}d")
+    rng = _seed(12, case, DTYPES.index(dtype), INPUT_KINDS.index(kind))
+    compare(
+        torch,
+        lambda x: pool(x, **kwargs),
+        lambda xt: torch_pool(xt, **kwargs, return_indices=True),
+        lambda g, x, i: backward(g, x, i, **kwargs),
+        make_input(rng, shape, dtype, kind),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", range(len(ADAPTIVE_FAMILY)))
+def test_adaptive_max_pool1d_3d_match_torch(torch, case, dtype, kind):
+    nd, shape, output_size = ADAPTIVE_FAMILY[case]
+    pool = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+    torch_pool = getattr(torch.nn.functional, f"adaptive_max_pool{nd}d")
+    rng = _seed(13, case, DTYPES.index(dtype), INPUT_KINDS.index(kind))
+    compare(
+        torch,
+        lambda x: pool(x, output_size),
+        lambda xt: torch_pool(xt, output_size, return_indices=True),
+        getattr(jaxpool, f"adaptive_max_pool{nd}d_backward"),
+        make_input(rng, shape, dtype, kind),
+        nd,
+        rng,
+        dtype,
+    )

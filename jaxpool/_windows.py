@@ -1,0 +1,243 @@
+"""Window maths and layouts: the one place that knows where each window lies.
+
+A validated spec (:class:`PoolSpec`, :class:`AdaptiveSpec`, built by ``_spec``)
+describes its windows axis by axis as :class:`AxisWindows`, which is all the
+forward kernel (``_argmax``) and the per-plane kernels (``_scatter``) need. The
+spatial axes of an array are ``nd`` consecutive axes followed by ``trail``
+trailing ones: ``trail`` is 1 for a channels-last array, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+Algorithm = Literal["scatter", "gather"]
+ALGORITHMS = ("scatter", "gather")
+
+
+class AxisWindows(NamedTuple):
+    """The windows of one spatial axis.
+
+    Tap ``j`` of output ``o`` reads input position ``o * stride + offset + j *
+    dilation`` (a regular pool; positions outside ``[0, size)`` are padding) or,
+    when ``starts`` is set (an adaptive pool), ``min(starts[o] + j, ends[o] - 1)``:
+    revisiting a window's last element changes no result under the selection
+    rule, so short windows need no mask.
+    """
+
+    size: int
+    out: int
+    taps: int
+    stride: int = 1
+    offset: int = 0
+    dilation: int = 1
+    starts: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()
+
+    @property
+    def pad(self) -> tuple[int, int]:
+        """``-inf`` padding (low, high) that every regular tap slice needs."""
+        if self.starts:
+            return 0, 0
+        last = (self.out - 1) * self.stride + (self.taps - 1) * self.dilation
+        return max(0, -self.offset), max(0, last + self.offset + 1 - self.size)
+
+    def positions(self, tap: int) -> np.ndarray:
+        """Input position read by ``tap`` for every output, shape ``(out,)``."""
+        if self.starts:
+            return np.minimum(np.add(self.starts, tap), np.subtract(self.ends, 1))
+        return np.arange(self.out) * self.stride + self.offset + tap * self.dilation
+
+    @property
+    def disjoint(self) -> bool:
+        """Whether no two windows share an input position (regular windows)."""
+        return not self.starts and self.stride >= (self.taps - 1) * self.dilation + 1
+
+    def span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's half-open range ``[lo, hi)`` of input positions."""
+        if self.starts:
+            return np.asarray(self.starts), np.asarray(self.ends)
+        lo = np.arange(self.out) * self.stride + self.offset
+        return lo, lo + (self.taps - 1) * self.dilation + 1
+
+    def covering(self) -> np.ndarray:
+        """``(slots, size)`` table: the ``m``-th window whose span holds position
+        ``p``, in increasing order, or ``out`` where ``p`` lies in fewer windows.
+        """
+        lo, hi = self.span()  # both non-decreasing in the window index
+        p = np.arange(self.size)
+        first = np.searchsorted(hi, p, side="right")
+        last = np.searchsorted(lo, p, side="right") - 1
+        slots = max(1, int((last - first + 1).max()))
+        table = first + np.arange(slots)[:, None]
+        return np.where(table <= last, table, self.out)
+
+    def first_tap(self) -> np.ndarray:
+        """Each window's first non-negative tap number, shape ``(out,)``."""
+        if self.starts:
+            return np.zeros(self.out, np.int64)
+        start = np.arange(self.out) * self.stride + self.offset
+        return -(np.minimum(start, 0) // self.dilation)  # ceil(max(0, -start) / d)
+
+
+class PoolSpec(NamedTuple):
+    """A validated strided max pool; ``padding`` holds a ``(lo, hi)`` pair per
+    axis."""
+
+    in_size: tuple[int, ...]
+    out_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    dilation: tuple[int, ...]
+    ceil_mode: bool
+    channels_last: bool = False
+
+    @property
+    def axes(self) -> tuple[AxisWindows, ...]:
+        return tuple(
+            AxisWindows(L, o, k, s, -p[0], d)
+            for L, o, k, s, p, d in zip(
+                self.in_size,
+                self.out_size,
+                self.kernel,
+                self.stride,
+                self.padding,
+                self.dilation,
+                strict=True,
+            )
+        )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this spec."""
+        return {
+            "kernel_size": self.kernel,
+            "stride": self.stride,
+            "padding": self.padding,
+            "dilation": self.dilation,
+            "ceil_mode": self.ceil_mode,
+            "channels_last": self.channels_last,
+        }
+
+
+class AdaptiveSpec(NamedTuple):
+    """A validated adaptive max pool from ``in_size`` to ``out_size``."""
+
+    in_size: tuple[int, ...]
+    out_size: tuple[int, ...]
+    channels_last: bool = False
+
+    @property
+    def axes(self) -> tuple[AxisWindows, ...]:
+        return tuple(
+            adaptive_axis(L, o)
+            for L, o in zip(self.in_size, self.out_size, strict=True)
+        )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {"channels_last": self.channels_last}
+
+
+def pool_output_size(
+    size: int,
+    kernel: int,
+    stride: int,
+    padding: tuple[int, int],
+    dilation: int,
+    ceil_mode: bool,
+) -> int:
+    """PyTorch's output length of a strided pool along one axis (may be < 1),
+    with padding ``(lo, hi)`` (PyTorch's ``p`` is ``(p, p)``)."""
+    lo, hi = padding
+    span = size + lo + hi - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + lo:
+        out -= 1  # the last window would start inside the right padding
+    return out
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """``"SAME"`` padding as ``lax.padtype_to_pads``: ``ceil(size / stride)``
+    outputs, the extra element on the high side."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + dilation * (kernel - 1) + 1 - size)
+    return total // 2, total - total // 2
+
+
+def adaptive_bounds(size: int, out: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Half-open windows ``[floor(i*size/out), ceil((i+1)*size/out))``, exactly."""
+    starts = tuple(i * size // out for i in range(out))
+    ends = tuple(-(-(i + 1) * size // out) for i in range(out))
+    return starts, ends
+
+
+def adaptive_axis(size: int, out: int) -> AxisWindows:
+    """Adaptive windows along one axis, as a regular pool whenever they are one."""
+    starts, ends = adaptive_bounds(size, out)
+    widths = {e - s for s, e in zip(starts, ends, strict=True)}
+    taps = max(widths)
+    step = starts[1] - starts[0] if out > 1 else 1
+    if len(widths) == 1 and starts == tuple(range(0, out * step, step)):
+        return AxisWindows(size, out, taps, stride=step)
+    return AxisWindows(size, out, taps, starts=starts, ends=ends)
+
+
+# ------------------------------------------------------------------- layouts
+
+
+def split(ndim: int, nd: int, trail: int) -> tuple[int, int]:
+    """``(first, stop)``: the spatial axes of an ``ndim``-array are
+    ``first..stop-1``."""
+    return ndim - nd - trail, ndim - trail
+
+
+def with_spatial(
+    shape: Sequence[int], nd: int, trail: int, sizes: Sequence[int]
+) -> tuple[int, ...]:
+    """``shape`` with its ``nd`` spatial sizes replaced by ``sizes``."""
+    first, stop = split(len(shape), nd, trail)
+    return (*shape[:first], *sizes, *shape[stop:])
+
+
+def flat_offsets(
+    positions: Sequence[np.ndarray], in_size: tuple[int, ...], trail: int = 0
+) -> jax.Array:
+    """int32 flat offsets ``sum(pos[a] * plane_stride[a])``, shape ``(*P, 1 *
+    trail)`` where ``P`` are the positions' lengths."""
+    n = len(positions)
+    strides = [math.prod(in_size[a + 1 :]) for a in range(n)]
+    flat = jnp.zeros((1,) * (n + trail), jnp.int32)
+    for a, (pos, stride) in enumerate(zip(positions, strides, strict=True)):
+        shape = [1] * (n + trail)
+        shape[a] = pos.size
+        flat = flat + jnp.asarray((pos * stride).astype(np.int32).reshape(shape))
+    return flat
+
+
+def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
+    """Sharding for new arrays that must line up with ``arr``'s plane axes.
+
+    ``arr`` has ``nd`` spatial axes and ``trail`` trailing ones; the new array
+    has the same leading and trailing axes around ``new_nd`` spatial ones.
+    Under a mesh with Explicit axes every array carries its sharding in its
+    type and mixing shardings is an error, so arrays the kernels create (the
+    running max, index tables, zeros) take the non-spatial axes' sharding of
+    ``arr``. ``None`` elsewhere: the partitioner propagates it.
+    """
+    sharding = jax.typeof(arr).sharding
+    mesh = sharding.mesh
+    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
+        return None
+    spec = (*sharding.spec, *(None,) * (arr.ndim - len(sharding.spec)))
+    first, stop = split(arr.ndim, nd, trail)
+    new = (*spec[:first], *(None,) * new_nd, *spec[stop:])
+    return NamedSharding(mesh, PartitionSpec(*new))

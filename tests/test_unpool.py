@@ -1,0 +1,155 @@
+"""max_unpool{1,2,3}d: against the oracle and torch, its gradient, bad indices."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    assert_same,
+    cotangent,
+    from_torch,
+    make_input,
+    require,
+    rng_for,
+    to_torch,
+)
+from jax.test_util import check_grads
+
+import jaxpool
+from jaxpool import reference
+
+POOL = {
+    1: jaxpool.max_pool1d_with_argmax,
+    2: jaxpool.max_pool2d_with_argmax,
+    3: jaxpool.max_pool3d_with_argmax,
+}
+UNPOOL = {1: jaxpool.max_unpool1d, 2: jaxpool.max_unpool2d, 3: jaxpool.max_unpool3d}
+
+# (nd, input shape, pool kwargs): disjoint windows, overlapping windows (equal
+# indices), an output larger than the pooled input's extent (ceil_mode).
+CASES = [
+    (1, (2, 3, 9), dict(kernel_size=2)),
+    (2, (2, 3, 7, 8), dict(kernel_size=2, stride=2)),
+    (2, (1, 2, 7, 7), dict(kernel_size=3, stride=1, padding=1)),
+    (3, (2, 2, 5, 6, 7), dict(kernel_size=2, stride=2, ceil_mode=True)),
+    (3, (1, 3, 5, 5, 5), dict(kernel_size=3, stride=2, padding=1)),
+]
+IDS = [f"{nd}d-{shape}-{kw}" for nd, shape, kw in CASES]
+
+
+def _torch_unpool(torch, nd, values, indices, kwargs, spatial):
+    unpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
+    return unpool(
+        values,
+        torch.from_numpy(np.asarray(indices, np.int64)),
+        kwargs["kernel_size"],
+        kwargs.get("stride"),
+        kwargs.get("padding", 0),
+        output_size=spatial,
+    )
+
+
+def _pooled(nd, shape, kwargs, kind="ties"):
+    x = make_input(rng_for(nd, shape, kind), shape, "float32", kind)
+    values, indices = POOL[nd](x, **kwargs)
+    return x, values, indices
+
+
+@pytest.mark.parametrize("nd, shape, kwargs", CASES, ids=IDS)
+def test_unpool_matches_oracle_and_torch(nd, shape, kwargs):
+    torch = require("torch")
+    x, values, indices = _pooled(nd, shape, kwargs)
+    spatial = shape[-nd:]
+    out = UNPOOL[nd](values, indices, spatial)
+    assert_same(out, reference.max_unpool(np.asarray(values), indices, spatial))
+    want = _torch_unpool(
+        torch, nd, to_torch(torch, np.asarray(values)), indices, kwargs, spatial
+    )
+    assert_same(out, from_torch(torch, want))
+    # The full shape is accepted too (PyTorch's form), jitted as well.
+    full = jax.jit(lambda v, i: UNPOOL[nd](v, i, x.shape))(values, indices)
+    assert_same(full, out)
+
+
+@pytest.mark.parametrize("nd, shape, kwargs", CASES, ids=IDS)
+def test_unpool_gradient_is_torchs_gather(nd, shape, kwargs):
+    torch = require("torch")
+    _, values, indices = _pooled(nd, shape, kwargs)
+    spatial = shape[-nd:]
+    out, vjp = jax.vjp(lambda v: UNPOOL[nd](v, indices, spatial), values)
+    ct = cotangent(rng_for("ct", nd, shape), out.shape, "float32")
+    (grad,) = vjp(jnp.asarray(ct))
+    vt = to_torch(torch, np.asarray(values)).requires_grad_(True)
+    yt = _torch_unpool(torch, nd, vt, indices, kwargs, spatial)
+    yt.backward(to_torch(torch, ct))
+    assert_same(grad, from_torch(torch, vt.grad))
+    # Plain gather semantics, stated directly as well.
+    flat = ct.reshape(*ct.shape[: ct.ndim - nd], -1)
+    want = np.take_along_axis(
+        flat, np.asarray(indices).reshape(*indices.shape[: indices.ndim - nd], -1), -1
+    )
+    assert_same(grad, want.reshape(values.shape))
+
+
+def test_unpool_is_differentiable_twice():
+    _, values, indices = _pooled(2, (1, 2, 6, 6), dict(kernel_size=2), "random")
+    check_grads(
+        lambda v: jaxpool.max_unpool2d(v, indices, (6, 6)) ** 2,
+        (values,),
+        order=2,
+        modes=["rev"],
+    )
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_bad_unpool_indices_are_dropped_never_wrapped(jit):
+    """-1, the plane size and huge indices land nowhere: the exact result is
+    the in-plane values alone, and no other plane or batch element changes."""
+    values = jnp.arange(1.0, 25.0).reshape(2, 3, 2, 2)
+    indices = np.tile(np.array([[0, 5], [10, 15]], np.int32), (2, 3, 1, 1))
+    indices[0, 0, 0, 0] = -1
+    indices[0, 1, 0, 1] = 16  # the plane size of a 4x4 output
+    indices[1, 2, 1, 1] = 2**31 - 1
+    unpool = jax.jit(jaxpool.max_unpool2d, static_argnums=2) if jit else None
+    fn = unpool or jaxpool.max_unpool2d
+    out = np.asarray(fn(values, jnp.asarray(indices), (4, 4)))
+    want = np.zeros((2, 3, 16), np.float32)
+    for n in range(2):
+        for c in range(3):
+            for q, i in enumerate(indices[n, c].ravel()):
+                if 0 <= i < 16:
+                    want[n, c, i] = values[n, c].ravel()[q]
+    assert_same(out, want.reshape(2, 3, 4, 4))
+    assert out[0, 0].ravel()[15] == values[0, 0, 1, 1]  # -1 did not wrap to 15
+    assert out[0, 2].sum() == values[0, 2].sum()  # the next plane is untouched
+    # int64 indices (from PyTorch) and their gradient: dropped indices get 0.
+    grad = jax.grad(lambda v: fn(v, jnp.asarray(indices), (4, 4)).sum())(values)
+    assert grad[0, 0, 0, 0] == 0 and grad[0, 1, 0, 1] == 0 and grad[1, 2, 1, 1] == 0
+    assert float(grad.sum()) == values.size - 3
+
+
+def test_unpool_channels_last():
+    _, values, indices = _pooled(3, (2, 3, 6, 4, 5), dict(kernel_size=2))
+    out = jaxpool.max_unpool3d(values, indices, (6, 4, 5))
+    move = lambda a: jnp.moveaxis(a, 1, -1)  # noqa: E731
+    outl, vjp = jax.vjp(
+        lambda v: jaxpool.max_unpool3d(v, move(indices), (6, 4, 5), channels_last=True),
+        move(values),
+    )
+    assert_same(outl, move(out))
+    (grad,) = vjp(move(out))
+    assert_same(grad, move(values))  # unpool then gather gives the values back
+
+
+def test_segnet_round_trip_keeps_the_maxima():
+    """pool -> unpool -> pool gives the same values: what SegNet relies on."""
+    x = make_input(rng_for("segnet"), (2, 4, 8, 8), "float32", "random")
+    values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
+    up = jaxpool.max_unpool2d(values, indices, (8, 8))
+    again, again_indices = jaxpool.max_pool2d_with_argmax(up, 2)
+    # Zeros can beat negative maxima, so compare where the maximum is >= 0.
+    keep = np.asarray(values) >= 0
+    assert_same(np.asarray(again)[keep], np.asarray(values)[keep])
+    assert_same(np.asarray(again_indices)[keep], np.asarray(indices)[keep])
