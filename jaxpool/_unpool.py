@@ -116,7 +116,8 @@ def max_unpool3d(
     element) carry the same value, so it does not matter which lands; for
     unequal values it is unspecified. Differentiable: the gradient with respect
     to ``x`` is the output cotangent gathered at ``indices`` (zero where an
-    index was dropped).
+    index was dropped), PyTorch's rule: every copy of an equal index gets the
+    gradient of the element it lands on.
 
     Args:
       x: pooled values ``(N, C, oD, oH, oW)`` or ``(C, oD, oH, oW)``

@@ -5,8 +5,11 @@ import importlib
 import pkgutil
 
 import pytest
+from helpers import require
 
 import jaxpool
+
+OPTIONAL = {"jaxpool.nnx": "flax", "jaxpool.linen": "flax", "jaxpool.eqx": "equinox"}
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(jaxpool.__path__, "jaxpool."))
 
@@ -17,6 +20,8 @@ def test_every_module_is_listed():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
+    if name in OPTIONAL:
+        require(OPTIONAL[name])
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
@@ -25,5 +30,6 @@ def test_docstring_examples(name):
         "jaxpool._adaptive",
         "jaxpool._unpool",
         "jaxpool.reference",
+        *OPTIONAL,
     ):
         assert result.attempted > 0, f"{name} lost its examples"

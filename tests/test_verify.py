@@ -1,28 +1,44 @@
 """``python -m jaxpool.verify``: passes on the real ops, fails on a broken one."""
 
+import inspect
 import io
+import json
 
-import jaxpool
-from jaxpool import verify
+import pytest
+
+from jaxpool import _argmax, verify
 
 
-def test_verify_passes():
+def test_verify_passes_on_every_op(tmp_path):
     out = io.StringIO()
-    rows = verify.run(
-        ["max_pool3d_with_argmax"], ["float32", "bfloat16"], True, True, out
-    )
-    assert rows and all(r.passed for r in rows)
+    rows = verify.run(list(verify.OPS), ["float32", "float64"], True, True, out)
+    assert {r.op for r in rows} == set(verify.OPS)
+    assert rows and all(r.passed for r in rows), [r for r in rows if not r.passed]
+    checks = {r.check for r in rows}
+    assert "grad vs finite differences (rel err)" in checks
+    assert "values, indices == torch (mismatches)" in checks
     assert "FAIL" not in out.getvalue()
-    assert verify.main(["--quick", "--dtype", "float32", "--no-torch"]) == 0
+    path = tmp_path / "rows.json"
+    argv = ["--quick", "--dtype", "float32", "--no-torch", "--op", "max_unpool2d"]
+    assert verify.main([*argv, "--device", "cpu", "--json", str(path)]) == 0
+    assert all(r["passed"] for r in json.loads(path.read_text()))
 
 
-def test_verify_reports_a_broken_op(monkeypatch, capsys):
-    real = jaxpool.max_pool3d_with_argmax
+def test_verify_reports_a_wrong_tie_rule(monkeypatch, capsys):
+    """Break the kernel's tie rule (the last maximum wins instead of the first):
+    the tool must report FAIL and exit non-zero."""
+    source = inspect.getsource(_argmax.window_argmax)
+    assert "(value > values)" in source
+    namespace = dict(vars(_argmax))
+    exec(source.replace("(value > values)", "(value >= values)"), namespace)
+    monkeypatch.setattr(_argmax, "window_argmax", namespace["window_argmax"])
+    argv = ["--quick", "--dtype", "float32", "--no-torch"]
+    assert verify.main([*argv, "--op", "max_pool2d_with_argmax"]) == 1
+    out = capsys.readouterr().out
+    assert "indices == oracle (mismatches)" in out and "FAIL" in out
 
-    def one_based(x, *args):  # a wrong index convention
-        values, indices = real(x, *args)
-        return values, indices + 1
 
-    monkeypatch.setattr(jaxpool, "max_pool3d_with_argmax", one_based)
-    assert verify.main(["--quick", "--dtype", "float32", "--no-torch"]) == 1
-    assert "FAIL" in capsys.readouterr().out
+def test_verify_rejects_a_missing_device():
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main(["--quick", "--device", "tpu"])
+    assert exit_info.value.code == 2
