@@ -24,6 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# Where torch's tensors live ("cpu" or "cuda"), set by --torch-device; CUDA
+# calls are asynchronous, so timing waits for them.
+TORCH = {"device": "cpu", "sync": None}
+
 
 class Timing(NamedTuple):
     median: float  # seconds
@@ -42,6 +46,8 @@ def _ready(out: Any) -> Any:
     for leaf in leaves:
         if isinstance(leaf, jax.Array):
             leaf.block_until_ready()
+    if TORCH["sync"] is not None:
+        TORCH["sync"]()
     return out
 
 
@@ -62,9 +68,15 @@ def interleaved(
 
 
 def copy_bandwidth(nbytes: int = 256 * 2**20, reps: int = 5) -> float:
-    """Measured memory-copy bandwidth in bytes/s (bytes read + written), one
-    thread, into a preallocated warm buffer: the roofline of a kernel that
-    reads and writes each byte once."""
+    """Measured memory-copy bandwidth in bytes/s (bytes read + written): the
+    roofline of a kernel that reads and writes each byte once. On CPU a NumPy
+    copy on one thread into a preallocated warm buffer; on an accelerator a
+    jitted ``x + 1`` on the device."""
+    if jax.devices()[0].platform != "cpu":
+        x = jnp.ones(nbytes // 4, jnp.float32)
+        add = jax.jit(lambda x: x + 1)
+        (t,) = interleaved([lambda: add(x)], reps)
+        return 2 * nbytes / t.median
     src = np.ones(nbytes // 4, np.float32)
     dst = np.empty_like(src)
     (t,) = interleaved([lambda: np.copyto(dst, src)], reps)
@@ -145,13 +157,14 @@ def bench_op(
         f"jaxpool {a}": (lambda a=a: bwd[a](g, indices)) for a in bwd
     }
     if torch is not None and torch_pool is not None and torch_backward is not None:
-        xt = torch.from_numpy(x_np)
+        xt = torch.from_numpy(x_np).to(TORCH["device"])
         _, it = torch_pool(xt)
-        gt = torch.from_numpy(np.array(g))
+        gt = torch.from_numpy(np.array(g)).to(TORCH["device"])
         fwd_fns["torch"] = lambda: torch_pool(xt)
-        fwd_fns["torch 1 thread"] = torch_threads(torch, 1, fwd_fns["torch"])
         bwd_fns["torch"] = lambda: torch_backward(gt, xt, it)
-        bwd_fns["torch 1 thread"] = torch_threads(torch, 1, bwd_fns["torch"])
+        if TORCH["device"] == "cpu":
+            fwd_fns["torch 1 thread"] = torch_threads(torch, 1, fwd_fns["torch"])
+            bwd_fns["torch 1 thread"] = torch_threads(torch, 1, bwd_fns["torch"])
     with_torch = "torch" in fwd_fns
     figure(
         "forward",
@@ -238,6 +251,7 @@ def main(
     quick_shapes: list[Any],
     argv: list[str] | None = None,
     extra: Callable[[], list[dict[str, Any]]] | None = None,
+    large_shapes: list[Any] | None = None,
 ) -> None:
     """The command line shared by the benchmark scripts.
 
@@ -245,6 +259,7 @@ def main(
     ``extra()`` (full runs only) adds rows measured otherwise, printed as is.
     """
     import argparse
+    import ast
     import json
     from pathlib import Path
 
@@ -254,6 +269,19 @@ def main(
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="also write the rows here")
+    parser.add_argument(
+        "--case",
+        action="append",
+        type=ast.literal_eval,
+        help="a case in the script's SHAPES format, as a Python literal "
+        "(repeatable; replaces the tracked shapes)",
+    )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="the accelerator shapes (hundreds of MB: small ones only time launches)",
+    )
+    parser.add_argument("--torch-device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args(argv)
     torch = None
     if not args.no_torch:
@@ -261,16 +289,17 @@ def main(
             import torch
         except ImportError:
             print("torch not installed: no torch rows")
+    if torch is not None and args.torch_device == "cuda":
+        TORCH.update(device="cuda", sync=torch.cuda.synchronize)
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     reps = 3 if args.quick else args.reps
     bandwidth = copy_bandwidth(2**20 if args.quick else 256 * 2**20)
     meta = header(torch, bandwidth)
-    rows = cases(
-        quick_shapes if args.quick else shapes, args.dtype, reps, torch, bandwidth
-    )
+    chosen = quick_shapes if args.quick else large_shapes if args.large else shapes
+    rows = cases(args.case or chosen, args.dtype, reps, torch, bandwidth)
     print_rows(rows)
-    if extra is not None and not args.quick:
+    if extra is not None and not args.quick and not args.case:
         for row in extra():
             rows.append(row)
             print(row["text"])

@@ -30,6 +30,11 @@ SHAPES = [
     ((4, 32, 97, 131), (13, 17)),  # irregular windows
 ]
 QUICK = [((1, 2, 10, 9), (3, 4)), ((1, 2, 8, 8), (2, 2))]
+LARGE = [  # --large, for accelerators: 206-411 MB inputs
+    ((256, 64, 56, 56), (7, 7)),
+    ((256, 64, 50, 50), (7, 7)),
+    ((128, 64, 97, 131), (13, 17)),
+]
 
 
 def cases(shapes, dtype, reps, torch, bandwidth):
@@ -58,7 +63,7 @@ def cases(shapes, dtype, reps, torch, bandwidth):
 
 
 def main(argv=None):
-    _timing.main(__doc__.split("\n")[0], cases, SHAPES, QUICK, argv)
+    _timing.main(__doc__.split("\n")[0], cases, SHAPES, QUICK, argv, None, LARGE)
 
 
 if __name__ == "__main__":

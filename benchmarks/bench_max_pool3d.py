@@ -35,6 +35,11 @@ SHAPES = [
     ((1, 16, 48, 48, 48), 3, 1, 1),
 ]
 QUICK = [((1, 2, 8, 8, 8), 2, 2, 0), ((1, 2, 8, 8, 8), 3, 2, 1)]
+LARGE = [  # --large, for accelerators: 256-288 MB inputs
+    ((8, 32, 64, 64, 64), 2, 2, 0),
+    ((8, 32, 64, 64, 64), 3, 2, 1),
+    ((2, 32, 96, 96, 96), 3, 1, 1),
+]
 
 COMPILE_SNIPPET = """
 import time, jax, jax.numpy as jnp, jaxpool
@@ -104,7 +109,9 @@ def compile_rows():
 
 
 def main(argv=None):
-    _timing.main(__doc__.split("\n")[0], cases, SHAPES, QUICK, argv, compile_rows)
+    _timing.main(
+        __doc__.split("\n")[0], cases, SHAPES, QUICK, argv, compile_rows, LARGE
+    )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,7 @@ from typing import Any, ClassVar
 try:
     from flax import linen as nn
 except ImportError as e:  # pragma: no cover - exercised without flax
-    raise ImportError(
-        "jaxpool.linen needs Flax: pip install 'jaxpool[flax]'"
-    ) from e
+    raise ImportError("jaxpool.linen needs Flax: pip install 'jaxpool[flax]'") from e
 
 import jax
 

@@ -23,9 +23,7 @@ from typing import Any, ClassVar
 try:
     from flax import nnx
 except ImportError as e:  # pragma: no cover - exercised without flax
-    raise ImportError(
-        "jaxpool.nnx needs Flax: pip install 'jaxpool[flax]'"
-    ) from e
+    raise ImportError("jaxpool.nnx needs Flax: pip install 'jaxpool[flax]'") from e
 
 import jax
 

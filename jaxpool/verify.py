@@ -122,8 +122,10 @@ def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
             shape,
             nd,
             lambda x, pool=pool, args=args: pool(x, *args),
-            lambda g, x, i, b=backward, args=args: b(g, x, i, *args),
-            lambda x, full=full, ceil=ceil: reference.max_pool(x, *full, ceil),
+            lambda g, x, i, b=backward, a=args, **kw: b(g, x, i, *a, **kw),
+            lambda x, f=full, ceil=ceil: reference.max_pool(
+                x, f[0], f[1], f[2], f[3], ceil
+            ),
             torch_fn,
         )
 
@@ -248,6 +250,7 @@ def _check(case: Case, dtype: str, rng: np.random.Generator, torch: Any) -> list
         g = rng.standard_normal(values.shape).astype(x.dtype)
         (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
         standalone = jax.jit(case.backward)(g, x, indices)
+        gather = jax.jit(partial(case.backward, algorithm="gather"))(g, x, indices)
     want_values, want_indices = case.oracle(x)
     n = _mismatches(values, want_values)
     row("values == oracle (mismatches)", n, n == 0)
@@ -260,10 +263,14 @@ def _check(case: Case, dtype: str, rng: np.random.Generator, torch: Any) -> list
     row(
         "grad vs float64 scatter (max abs err)",
         err.max(initial=0.0),
-        (err <= bound).all(),
+        bool((err <= bound).all()),
     )
-    n = _mismatches(standalone, grad)
-    row("backward op == grad (mismatches)", n, n == 0)
+    # Not bitwise against the vjp: on GPU, a scatter-add of overlapping
+    # windows sums in a varying order (the "gather" algorithm does not).
+    for name, result in (("backward op", standalone), ("gather backward", gather)):
+        err = np.abs(np.asarray(result, np.float64) - want_grad)
+        check = f"{name} vs float64 scatter (max abs err)"
+        row(check, err.max(initial=0.0), bool((err <= bound).all()))
     if dtype == "float64":
         err = _finite_difference(case, rng)
         row("grad vs finite differences (rel err)", err, err < 1e-6)
@@ -282,7 +289,7 @@ def _check(case: Case, dtype: str, rng: np.random.Generator, torch: Any) -> list
             row(
                 "grad vs torch (max abs err)",
                 err.max(initial=0.0),
-                (err <= bound).all(),
+                bool((err <= bound).all()),
             )
     return rows
 
@@ -350,12 +357,12 @@ def run(
     rows: list[Row] = []
     cases = [case for op in ops for case in OPS[op](quick)]
     header = (
-        f"{'#':>7} {'op':<24} {'config':<34} {'dtype':<9} {'check':<38} "
+        f"{'#':>7} {'op':<24} {'config':<34} {'dtype':<9} {'check':<48} "
         f"{'error':>9}  result"
     )
     print(
         f"jaxpool {jaxpool.__version__}, jax {jax.__version__}, "
-        f"device {jax.config.jax_default_device or jax.devices()[0]}",
+        f"device {jnp.zeros(()).device}",
         file=out,
     )
     print(header, file=out)
@@ -366,7 +373,7 @@ def run(
                 rows.append(r)
                 print(
                     f"{f'{k}/{len(cases)}':>7} {r.op:<24} {r.config:<34} "
-                    f"{r.dtype:<9} {r.check:<38} {r.error:>9.3g}  "
+                    f"{r.dtype:<9} {r.check:<48} {r.error:>9.3g}  "
                     f"{'PASS' if r.passed else 'FAIL'}",
                     file=out,
                     flush=True,

@@ -139,7 +139,8 @@ def test_jit_and_vmap():
     values, indices = jax.jit(jax.vmap(f))(x)
     for b in range(3):
         vb, ib = f(x[b])
-        assert_same(values[b], vb) and assert_same(indices[b], ib)
+        assert_same(values[b], vb)
+        assert_same(indices[b], ib)
     g = jnp.ones_like(values)
     grads = jax.vmap(jaxpool.adaptive_max_pool2d_backward)(g, x, indices)
     for b in range(3):

@@ -30,3 +30,42 @@ def test_benchmark_smoke(tmp_path, script):
     ) in figures
     assert all(r["median_ms"] > 0 for r in rows if "median_ms" in r)
     assert "forward temp memory" in {r["figure"] for r in rows}
+
+
+def test_layout_benchmark_smoke(tmp_path):
+    out = tmp_path / "rows.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_layout.py"),
+            "--quick",
+            "--no-torch",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    contenders = {(r["figure"], r["contender"]) for r in rows}
+    for figure in ("forward", "train step"):
+        for contender in ("native", "transpose", "channels-first"):
+            assert (figure, contender) in contenders
+    assert all(r["median_ms"] > 0 for r in rows)
+
+
+def test_benchmark_takes_a_case_from_the_command_line(tmp_path):
+    out = tmp_path / "rows.json"
+    case = "((1, 3, 6, 5, 7), 3, 2, 1)"
+    script = str(BENCHMARKS / "bench_max_pool3d.py")
+    run = subprocess.run(
+        [sys.executable, script, "--case", case, "--reps", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["shape"] for r in rows} == {"1x3x6x5x7 k3 s2 p1"}

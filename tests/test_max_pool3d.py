@@ -177,7 +177,8 @@ def test_four_d_input_matches_five_d():
     v4, i4 = jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)
     v5, i5 = jaxpool.max_pool3d_with_argmax(x[None], 3, 2, 1)
     assert v4.shape == i4.shape == (3, 3, 3, 4)
-    assert_same(v4, v5[0]) and assert_same(i4, i5[0])
+    assert_same(v4, v5[0])
+    assert_same(i4, i5[0])
     g = jaxpool.max_pool3d_with_argmax_backward(v4, x, i4, 3, 2, 1)
     assert g.shape == x.shape
 

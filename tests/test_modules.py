@@ -44,7 +44,7 @@ def test_nnx_layers_equal_the_functional_ops(nnx):
     assert_same(got[0], values)
     assert_same(got[1], indices)
     assert_same(jpnnx.MaxPool3d(3, 2, 1)(X5), values)  # values alone by default
-    a, ai = jaxpool.adaptive_max_pool2d(X4, (3, 4), channels_last=True)
+    a, _ = jaxpool.adaptive_max_pool2d(X4, (3, 4), channels_last=True)
     assert_same(jpnnx.AdaptiveMaxPool2d((3, 4))(X4), a)
     v2, i2 = jaxpool.max_pool2d_with_argmax(X4, 2, channels_last=True)
     # PyTorch's default unpool size, (in - 1) * stride - 2 * padding + k: 8 x 8.
@@ -75,15 +75,15 @@ def test_nnx_model_differentiates_under_nnx_jit_and_grad(nnx):
 
     model = Net(nnx.Rngs(0))
     x = jnp.asarray(X5)
-    loss, grads = nnx.jit(lambda m, x: nnx.value_and_grad(lambda m: m(x))(m))(
-        model, x
-    )
+    loss, grads = nnx.jit(lambda m, x: nnx.value_and_grad(lambda m: m(x))(m))(model, x)
 
     def functional(kernel, bias):
         y = jax.lax.conv_general_dilated(
             x, kernel, (1, 1, 1), "SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC")
         )
-        y, _ = jaxpool.max_pool3d_with_argmax(y + bias[None, None, None, None], 2, channels_last=True)
+        y, _ = jaxpool.max_pool3d_with_argmax(
+            y + bias[None, None, None, None], 2, channels_last=True
+        )
         n, d, h, w, c = y.shape
         y = y.reshape(n * d, h, w, c)
         return jnp.sum(jaxpool.adaptive_max_pool2d(y, 1, channels_last=True)[0] ** 2)
@@ -168,7 +168,9 @@ def test_layers_validate_their_arguments(eqx, nnx):
         ("jaxpool.eqx", "equinox", "equinox"),
     ],
 )
-def test_missing_optional_dependency_names_the_extra(monkeypatch, module, blocked, extra):
+def test_missing_optional_dependency_names_the_extra(
+    monkeypatch, module, blocked, extra
+):
     for name in [m for m in sys.modules if m == blocked or m.startswith(blocked + ".")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, blocked, None)  # import of it now fails

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, assert_same, make_input, require
+from helpers import assert_close, assert_same, cotangent, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
@@ -72,7 +72,8 @@ def test_jit_matches_eager(op):
     x = make_input(np.random.default_rng(0), op.shape, "float32", "nan")
     values, indices = op.forward(x)
     jv, ji = jax.jit(op.forward)(x)
-    assert_same(jv, values) and assert_same(ji, indices)
+    assert_same(jv, values)
+    assert_same(ji, indices)
     g = jnp.ones_like(values)
     assert_same(jax.jit(op.backward)(g, x, indices), op.backward(g, x, indices))
 
@@ -84,11 +85,14 @@ def test_vmap_equals_python_loop(op, extra):
     for _ in extra:
         fwd, bwd = jax.vmap(fwd), jax.vmap(bwd)
     values, indices = fwd(x)
-    g = np.random.default_rng(2).standard_normal(values.shape).astype(np.float32)
+    # Small-integer cotangents sum exactly in any order (a GPU scatter-add's
+    # order varies), so the gradients compare bitwise on every backend.
+    g = cotangent(np.random.default_rng(2), values.shape, "float32")
     grads = bwd(g, x, indices)
     for b in np.ndindex(*extra):
         vb, ib = op.forward(x[b])
-        assert_same(values[b], vb) and assert_same(indices[b], ib)
+        assert_same(values[b], vb)
+        assert_same(indices[b], ib)
         assert_same(grads[b], op.backward(g[b], x[b], ib))
 
 
