@@ -3,6 +3,7 @@ core."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ def _backward(
     indices: ArrayLike,
     channels_last: Any,
     algorithm: Any,
+    check_indices: Any = False,
 ) -> jax.Array:
     fn = _BWD[nd]
     x_struct = _spec.shape_dtype(fn, "x", x)
@@ -45,10 +47,12 @@ def _backward(
     grad_output = _spec.float_array(fn, "grad_output", grad_output)
     indices = _spec.int_array(fn, "indices", indices)
     out = _spec.pooled_spatial(fn, x_struct.shape, nd, cl, "grad_output", grad_output)
-    _spec.check_shapes(fn, grad_output.shape, indices=indices)
+    _spec.check_shapes(fn, grad_output.shape, nd, cl, indices=indices)
     algorithm = _spec.algorithm(fn, algorithm)
     spec = AdaptiveSpec(spatial, out, cl)
     trail = int(cl)
+    plane = math.prod(spatial)
+    _spec.check_indices(fn, indices, nd, trail, plane, check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return backward(grad_output, indices, x_struct, spec.axes, trail, algorithm)
 
@@ -130,6 +134,7 @@ def adaptive_max_pool2d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`adaptive_max_pool2d` with respect to ``x``.
 
@@ -151,6 +156,8 @@ def adaptive_max_pool2d_backward(
         on every backend, no scatter; it assumes each index lies inside its own
         window (true of the forward's indices), any other index contributes
         nothing. See :func:`max_pool3d_with_argmax_backward`.
+      check_indices: a ``checkify`` check that every index lies in ``[0, H *
+        W)``; see :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -168,7 +175,9 @@ def adaptive_max_pool2d_backward(
       Array([[[0., 1., 0.],
               [0., 0., 1.]]], dtype=float32)
     """
-    return _backward(2, grad_output, x, indices, channels_last, algorithm)
+    return _backward(
+        2, grad_output, x, indices, channels_last, algorithm, check_indices
+    )
 
 
 def adaptive_max_pool3d(
@@ -212,6 +221,7 @@ def adaptive_max_pool3d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`adaptive_max_pool3d`; see
     :func:`adaptive_max_pool2d_backward` for the rules.
@@ -223,11 +233,15 @@ def adaptive_max_pool3d_backward(
       indices: the forward's indices, shaped like ``grad_output``.
       channels_last: as in the forward.
       algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
     """
-    return _backward(3, grad_output, x, indices, channels_last, algorithm)
+    return _backward(
+        3, grad_output, x, indices, channels_last, algorithm, check_indices
+    )
 
 
 def adaptive_max_pool1d(
@@ -269,6 +283,7 @@ def adaptive_max_pool1d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`adaptive_max_pool1d`; see
     :func:`adaptive_max_pool2d_backward` for the rules.
@@ -279,8 +294,12 @@ def adaptive_max_pool1d_backward(
       indices: the forward's indices, shaped like ``grad_output``.
       channels_last: as in the forward.
       algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
     """
-    return _backward(1, grad_output, x, indices, channels_last, algorithm)
+    return _backward(
+        1, grad_output, x, indices, channels_last, algorithm, check_indices
+    )

@@ -3,6 +3,7 @@ N-d core."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ def _backward(
     indices: ArrayLike,
     *args: Any,
     algorithm: Any,
+    check_indices: Any = False,
 ) -> jax.Array:
     fn = _BWD[nd]
     x_struct = _spec.shape_dtype(fn, "x", x)
@@ -45,8 +47,12 @@ def _backward(
     spec = _spec.pool_spec(fn, x_struct.shape, nd, *args)
     trail = int(spec.channels_last)
     out_shape = with_spatial(x_struct.shape, nd, trail, spec.out_size)
-    _spec.check_shapes(fn, out_shape, grad_output=grad_output, indices=indices)
+    _spec.check_shapes(
+        fn, out_shape, nd, spec.channels_last, grad_output=grad_output, indices=indices
+    )
     algorithm = _spec.algorithm(fn, algorithm)
+    plane = math.prod(spec.in_size)
+    _spec.check_indices(fn, indices, nd, trail, plane, check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return backward(grad_output, indices, x_struct, spec.axes, trail, algorithm)
 
@@ -172,6 +178,7 @@ def max_pool3d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`max_pool3d_with_argmax` with respect to ``x``.
 
@@ -204,6 +211,11 @@ def max_pool3d_with_argmax_backward(
         in a fixed order: bitwise reproducible on every backend, no scatter.
         It assumes each index lies inside its own window (true of the forward's
         indices); any other index contributes nothing.
+      check_indices: also check that every index lies in ``[0, D * H * W)``,
+        with ``jax.experimental.checkify``: wrap the caller in
+        ``checkify.checkify`` (``jit`` inside or out) and throw the error it
+        returns; it names the first bad index and its position. (The forward
+        itself returns such an index for a window with no in-bounds tap.)
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -235,6 +247,7 @@ def max_pool3d_with_argmax_backward(
         ceil_mode,
         channels_last,
         algorithm=algorithm,
+        check_indices=check_indices,
     )
 
 
@@ -303,6 +316,7 @@ def max_pool2d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`max_pool2d_with_argmax`; see
     :func:`max_pool3d_with_argmax_backward` for the rules.
@@ -318,6 +332,8 @@ def max_pool2d_with_argmax_backward(
       ceil_mode: as in the forward.
       channels_last: as in the forward.
       algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -334,6 +350,7 @@ def max_pool2d_with_argmax_backward(
         ceil_mode,
         channels_last,
         algorithm=algorithm,
+        check_indices=check_indices,
     )
 
 
@@ -400,6 +417,7 @@ def max_pool1d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of :func:`max_pool1d_with_argmax`; see
     :func:`max_pool3d_with_argmax_backward` for the rules.
@@ -415,6 +433,8 @@ def max_pool1d_with_argmax_backward(
       ceil_mode: as in the forward.
       channels_last: as in the forward.
       algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_pool3d_with_argmax_backward`.
 
     Returns:
       ``grad_input`` with the shape and dtype of ``x``.
@@ -431,4 +451,5 @@ def max_pool1d_with_argmax_backward(
         ceil_mode,
         channels_last,
         algorithm=algorithm,
+        check_indices=check_indices,
     )

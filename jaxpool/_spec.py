@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
+from jax.experimental import checkify
 
 from ._windows import (
     ALGORITHMS,
@@ -48,7 +49,18 @@ def float_array(fn: str, name: str, x: Any) -> jax.Array:
 
 
 def int_array(fn: str, name: str, x: Any) -> jax.Array:
-    """``jnp.asarray(x)``, which must have an integer dtype (not bool)."""
+    """``jnp.asarray(x)``, which must have an integer dtype (not bool).
+
+    Without ``jax_enable_x64`` JAX turns 64-bit host integers (PyTorch's int64
+    indices) into int32 by wrapping, so ``2**32 + 3`` would become a valid
+    ``3``: such out-of-range values become ``-1`` first, an index every op
+    drops.
+    """
+    if not isinstance(x, jax.Array | Tracer) and not jax.config.read("jax_enable_x64"):
+        host = np.asarray(x)
+        if jnp.issubdtype(host.dtype, jnp.integer) and host.dtype.itemsize == 8:
+            wide = (host < -(2**31)) | (host > INT32_MAX)
+            x = np.where(wide, -1, host).astype(np.int32) if wide.any() else host
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"{fn}: `{name}` must have an integer dtype, got {x.dtype}")
@@ -271,13 +283,35 @@ def adaptive_spec(
     return AdaptiveSpec(spatial, out, cl)
 
 
-def check_shapes(fn: str, want: tuple[int, ...], **arrays: jax.Array) -> None:
-    """Each named array must have shape ``want``."""
+def _other_layout(shape: tuple[int, ...], nd: int, channels_last: bool) -> tuple:
+    """``shape`` with its channel axis moved to the other layout."""
+    first, stop = split(len(shape), nd, int(channels_last))
+    if channels_last:
+        return (*shape[:first], shape[-1], *shape[first:stop])
+    if first == 0:
+        return shape
+    return (*shape[: first - 1], *shape[first:], shape[first - 1])
+
+
+def check_shapes(
+    fn: str,
+    want: tuple[int, ...],
+    nd: int,
+    channels_last: bool,
+    **arrays: jax.Array,
+) -> None:
+    """Each named array must have shape ``want`` (the forward output's, in the
+    ``channels_last`` layout); a shape of the other layout is named as such."""
     for name, arr in arrays.items():
-        if tuple(arr.shape) != want:
+        got = tuple(arr.shape)
+        if got != want:
+            hint = ""
+            if got == _other_layout(want, nd, channels_last) and len(got) > nd:
+                other = "channels-first" if channels_last else "channels-last"
+                hint = f" (that is the {other} layout: check `channels_last`)"
             raise ValueError(
                 f"{fn}: `{name}` must have the forward output's shape {want}, "
-                f"got shape {tuple(arr.shape)}"
+                f"got shape {got}{hint}"
             )
 
 
@@ -304,3 +338,25 @@ def pooled_spatial(
             f"spatial sizes >= 1 ({layout(nd, channels_last)}), got shape {shape}"
         )
     return shape[first:stop]
+
+
+def check_indices(
+    fn: str, indices: jax.Array, nd: int, trail: int, plane: int, enabled: Any
+) -> None:
+    """With ``enabled``, a ``checkify`` check that every index lies in ``[0,
+    plane)``, reporting the first bad one and its position.
+
+    A functional check: it needs ``jax.experimental.checkify.checkify`` around
+    the caller (under ``jit`` too), which returns the error to throw outside.
+    """
+    if not static_bool(fn, "check_indices", enabled):
+        return
+    bad = (indices < 0) | (indices >= plane)
+    first = jnp.argmax(bad.ravel())
+    checkify.check(
+        ~jnp.any(bad),
+        f"{fn}: `indices` holds {{value}} at position {{position}}, outside the "
+        f"plane [0, {plane}) (position in indices.shape={tuple(indices.shape)})",
+        value=indices.ravel()[first],
+        position=jnp.stack(jnp.unravel_index(first, indices.shape)),
+    )

@@ -83,17 +83,23 @@ def _output_spatial(
 
 
 def _max_unpool(
-    nd: int, x: ArrayLike, indices: ArrayLike, output_size: Any, channels_last: Any
+    nd: int,
+    x: ArrayLike,
+    indices: ArrayLike,
+    output_size: Any,
+    channels_last: Any,
+    check_indices: Any = False,
 ) -> jax.Array:
     fn = _FN[nd]
     x = _spec.float_array(fn, "x", x)
     indices = _spec.int_array(fn, "indices", indices)
     cl = _spec.static_bool(fn, "channels_last", channels_last)
     _spec.split_shape(fn, x.shape, nd, cl)
-    _spec.check_shapes(fn, x.shape, indices=indices)
+    _spec.check_shapes(fn, x.shape, nd, cl, indices=indices)
     trail = int(cl)
     sizes = _output_spatial(fn, x.shape, nd, trail, output_size)
     out = jax.ShapeDtypeStruct(with_spatial(x.shape, nd, trail, sizes), x.dtype)
+    _spec.check_indices(fn, indices, nd, trail, math.prod(sizes), check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return _unpool(x, indices, out, nd, trail)
 
@@ -104,6 +110,7 @@ def max_unpool3d(
     output_size: Sequence[int],
     *,
     channels_last: bool = False,
+    check_indices: bool = False,
 ) -> jax.Array:
     """Partial inverse of :func:`max_pool3d_with_argmax`: each value back at its
     index, zeros elsewhere.
@@ -129,6 +136,10 @@ def max_unpool3d(
         spatial entries are used.
       channels_last: channels in the last axis of ``x``, ``indices`` and the
         result.
+      check_indices: also check that every index lies inside its plane, with
+        ``jax.experimental.checkify``: wrap the caller in ``checkify.checkify``
+        (``jit`` inside or out) and throw the error it returns; it names the
+        first bad index and its position.
 
     Returns:
       ``(N, C, D, H, W)`` (or ``(C, D, H, W)``) in ``x``'s dtype and layout.
@@ -146,7 +157,7 @@ def max_unpool3d(
       >>> jaxpool.max_unpool3d(values, indices, (2, 2, 2)).ravel().tolist()
       [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]
     """
-    return _max_unpool(3, x, indices, output_size, channels_last)
+    return _max_unpool(3, x, indices, output_size, channels_last, check_indices)
 
 
 def max_unpool2d(
@@ -155,6 +166,7 @@ def max_unpool2d(
     output_size: Sequence[int],
     *,
     channels_last: bool = False,
+    check_indices: bool = False,
 ) -> jax.Array:
     """Partial inverse of :func:`max_pool2d_with_argmax`; see
     :func:`max_unpool3d`.
@@ -167,6 +179,8 @@ def max_unpool2d(
       indices: integer ``h * W + w`` offsets, same shape as ``x``.
       output_size: ``(H, W)``, or a whole shape with ``x.ndim`` entries.
       channels_last: channels in the last axis.
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_unpool3d`.
 
     Returns:
       ``(N, C, H, W)`` (or ``(C, H, W)``) in ``x``'s dtype and layout.
@@ -178,7 +192,7 @@ def max_unpool2d(
       >>> jaxpool.max_unpool2d(values, indices, (2, 2)).tolist()
       [[[0.0, 0.0], [7.0, 0.0]]]
     """
-    return _max_unpool(2, x, indices, output_size, channels_last)
+    return _max_unpool(2, x, indices, output_size, channels_last, check_indices)
 
 
 def max_unpool1d(
@@ -187,6 +201,7 @@ def max_unpool1d(
     output_size: Sequence[int],
     *,
     channels_last: bool = False,
+    check_indices: bool = False,
 ) -> jax.Array:
     """Partial inverse of :func:`max_pool1d_with_argmax`; see
     :func:`max_unpool3d`.
@@ -197,6 +212,8 @@ def max_unpool1d(
       indices: integer positions, same shape as ``x``.
       output_size: ``(L,)``, or a whole shape with ``x.ndim`` entries.
       channels_last: channels in the last axis.
+      check_indices: a ``checkify`` check of the indices; see
+        :func:`max_unpool3d`.
 
     Returns:
       ``(N, C, L)`` (or ``(C, L)``) in ``x``'s dtype and layout.
@@ -208,4 +225,4 @@ def max_unpool1d(
       >>> jaxpool.max_unpool1d(values, indices, (4,)).tolist()
       [[3.0, 0.0, 4.0, 0.0]]
     """
-    return _max_unpool(1, x, indices, output_size, channels_last)
+    return _max_unpool(1, x, indices, output_size, channels_last, check_indices)

@@ -275,3 +275,157 @@ def test_bad_algorithm():
             jnp.zeros((2, 3, 2, 2), jnp.int32),
             algorithm="fast",
         )
+
+
+# ------------------------------------------- every public function of the family
+
+SPATIAL = {1: (6,), 2: (6, 5), 3: (6, 5, 4)}
+
+
+def _x(nd, channels_last=False, lead=(2, 4)):
+    n, c = lead
+    shape = (n, *SPATIAL[nd], c) if channels_last else (n, c, *SPATIAL[nd])
+    return jnp.zeros(shape)
+
+
+def _pool_cases():
+    for nd in (1, 2, 3):
+        fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+        bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+        name, bname = fwd.__name__, bwd.__name__
+        x = _x(nd)
+        out = jnp.zeros((2, 4, *(s // 2 for s in SPATIAL[nd])))
+        idx = out.astype(jnp.int32)
+        bad = [
+            (dict(kernel_size=(2,) * (nd + 1)), ValueError, r"`kernel_size`"),
+            (dict(kernel_size=0), ValueError, r"`kernel_size` must be positive"),
+            (dict(kernel_size=-2), ValueError, r"`kernel_size` must be positive"),
+            (dict(kernel_size=1.5), TypeError, r"`kernel_size` must contain ints"),
+            (dict(kernel_size=2, stride=0), ValueError, r"`stride` must be positive"),
+            (dict(kernel_size=2, dilation=-1), ValueError, r"`dilation` must be pos"),
+            (dict(kernel_size=2, padding=2), ValueError, r"`padding` must be betw"),
+            (dict(kernel_size=2, padding=[(0, 2)] * nd), ValueError, r"each side"),
+            (dict(kernel_size=2, padding=[(-1, 0)] * nd), ValueError, r"each side"),
+            (
+                dict(kernel_size=2, padding=[(0, 1, 2)] * nd),
+                ValueError,
+                r"`padding` pairs",
+            ),
+            (
+                dict(kernel_size=2, padding="FULL"),
+                ValueError,
+                r"`padding` must be 'SAME'",
+            ),
+            (dict(kernel_size=9), ValueError, r"output size .* too small"),
+            (dict(kernel_size=2, channels_last=1), TypeError, r"`channels_last`"),
+        ]
+        for kwargs, exc, pattern in bad:
+            yield name, partial(fwd, x, **kwargs), exc, pattern
+            yield bname, partial(bwd, out, x, idx, **kwargs), exc, pattern
+        yield name, partial(fwd, x[0, 0], 2), ValueError, r"`x` must have"
+        yield name, partial(fwd, x.astype(bool), 2), TypeError, r"`x` must have a fl"
+        yield name, partial(fwd, x.astype(int), 2), TypeError, r"`x` must have a fl"
+        yield bname, partial(bwd, out, x, out, 2), TypeError, r"`indices` must have an"
+        yield bname, partial(bwd, idx, x, idx, 2), TypeError, r"`grad_output` must"
+        yield bname, partial(bwd, out[:1], x, idx, 2), ValueError, r"`grad_output`"
+        yield bname, partial(bwd, out, x, idx[:, :1], 2), ValueError, r"`indices`"
+        yield (
+            bname,
+            partial(bwd, jnp.moveaxis(out, 1, -1), x, idx, 2),
+            ValueError,
+            r"`grad_output` .*that is the channels-last layout: check `channels_last`",
+        )
+        yield (
+            bname,
+            partial(bwd, out, x, idx, 2, check_indices="yes"),
+            TypeError,
+            r"`check_indices` must be a bool",
+        )
+
+
+def _adaptive_cases():
+    for nd in (1, 2, 3):
+        fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+        bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
+        name, bname = fwd.__name__, bwd.__name__
+        x = _x(nd, channels_last=True)
+        out = jnp.zeros((2, *(2,) * nd, 4))
+        idx = out.astype(jnp.int32)
+        for size, exc, pattern in [
+            ((2,) * (nd + 1), ValueError, r"`output_size` must be an int or a seq"),
+            (0, ValueError, r"`output_size` entries must be >= 1"),
+            (-3, ValueError, r"`output_size` entries must be >= 1"),
+            (2.0, TypeError, r"`output_size` must contain ints"),
+            (None, TypeError, r"`output_size` must be an int"),
+        ]:
+            yield name, partial(fwd, x, size, channels_last=True), exc, pattern
+        yield name, partial(fwd, x[0, 0], 2), ValueError, r"`x` must have"
+        yield name, partial(fwd, x.astype(bool), 2), TypeError, r"`x` must have a fl"
+        kw = dict(channels_last=True)
+        yield bname, partial(bwd, out, x, out, **kw), TypeError, r"`indices` must"
+        yield bname, partial(bwd, out[:1], x, idx, **kw), ValueError, r"`grad_output`"
+        yield bname, partial(bwd, out, x, idx[..., :1], **kw), ValueError, r"`indices`"
+        yield (
+            bname,
+            partial(bwd, out, x, jnp.moveaxis(idx, -1, 1)[..., :2], **kw),
+            ValueError,
+            r"`indices` must have the forward output's shape",
+        )
+
+
+def _unpool_cases():
+    for nd in (1, 2, 3):
+        fn = getattr(jaxpool, f"max_unpool{nd}d")
+        name = fn.__name__
+        v = jnp.zeros((2, 3, *(2,) * nd))
+        i = v.astype(jnp.int32)
+        spatial = (4,) * nd
+        for size, exc, pattern in [
+            ((4,) * (nd + 1), ValueError, r"`output_size` must be \d spatial sizes"),
+            ((0,) * nd, ValueError, r"`output_size` must be \d spatial sizes >= 1"),
+            ((-4,) * nd, ValueError, r"`output_size` must be \d spatial sizes >= 1"),
+            ((4.0,) * nd, TypeError, r"`output_size` must contain ints"),
+            (4, TypeError, r"`output_size` must be a sequence"),
+        ]:
+            yield name, partial(fn, v, i, size), exc, pattern
+        if nd == 3:
+            big = (2**11,) * 3
+            yield name, partial(fn, v, i, big), ValueError, r"`output_size` must have f"
+        yield name, partial(fn, v[0, 0], i[0, 0], spatial), ValueError, r"`x` must"
+        yield name, partial(fn, i, i, spatial), TypeError, r"`x` must have a floating"
+        yield name, partial(fn, v, v, spatial), TypeError, r"`indices` must have an in"
+        yield name, partial(fn, v, i[:1], spatial), ValueError, r"`indices` must have"
+        yield (
+            name,
+            partial(fn, v, i, spatial, check_indices=1),
+            TypeError,
+            r"`check_indices` must be a bool",
+        )
+
+
+FAMILY = [*_pool_cases(), *_adaptive_cases(), *_unpool_cases()]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize(
+    "name, call, exc, pattern",
+    FAMILY,
+    ids=[f"{c[0]}-{k}" for k, c in enumerate(FAMILY)],
+)
+def test_every_public_function_rejects_bad_input(name, call, exc, pattern, jit):
+    """Raised before any computation, naming the function and the argument;
+    the same when the arrays are traced under jit."""
+    if jit:
+        arrays = {k: v for k, v in call.keywords.items() if isinstance(v, jax.Array)}
+        args = [a for a in call.args if isinstance(a, jax.Array)]
+        statics = [a for a in call.args if not isinstance(a, jax.Array)]
+        assert not arrays and call.args[: len(args)] == tuple(args)
+
+        def call_jitted(*arrays):
+            return call.func(*arrays, *statics, **call.keywords)
+
+        with _raises(exc, name, pattern):
+            jax.jit(call_jitted)(*args)
+    else:
+        with _raises(exc, name, pattern):
+            call()
