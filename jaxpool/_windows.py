@@ -186,7 +186,8 @@ def adaptive_axis(size: int, out: int) -> AxisWindows:
     widths = {e - s for s, e in zip(starts, ends, strict=True)}
     taps = max(widths)
     step = starts[1] - starts[0] if out > 1 else 1
-    if len(widths) == 1 and starts == tuple(range(0, out * step, step)):
+    # step 0: more outputs than inputs, the first two windows equal (size 1).
+    if len(widths) == 1 and step and starts == tuple(range(0, out * step, step)):
         return AxisWindows(size, out, taps, stride=step)
     return AxisWindows(size, out, taps, starts=starts, ends=ends)
 

@@ -1,5 +1,15 @@
-"""Strict JAX numerics for every test (warnings are errors: see pyproject.toml)."""
+"""Strict JAX numerics for every test (warnings are errors: see pyproject.toml),
+and the hypothesis profiles: "ci" by default, "thorough" on request
+(``pytest tests/test_properties.py --hypothesis-profile=thorough``)."""
 
 import jax
+from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# Each new shape compiles, so no deadline; the examples are drawn from a fixed
+# seed in CI (derandomize) so a red CI is reproducible.
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
+settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.load_profile("ci")

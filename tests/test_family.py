@@ -105,6 +105,7 @@ def test_pool_matches_oracle_exactly(name, dtype, kind):
 ADAPTIVE_CONFIGS = {
     "1d-non-integer": (1, (2, 3, 10), (4,)),
     "1d-upsample": (1, (3, 5), (7,)),
+    "1d-one-element-upsample": (1, (2, 3, 1), (3,)),  # found by hypothesis
     "3d-non-integer": (3, (1, 2, 5, 7, 6), (3, 4, 4)),
     "3d-uniform-4d-input": (3, (2, 4, 6, 8), (2, 3, 4)),
 }

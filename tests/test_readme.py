@@ -34,6 +34,7 @@ def test_readme_python_blocks_run():
     assert namespace["grad_images"].shape == namespace["images"].shape
     assert namespace["v"].shape == (8, 25, 25, 64)
     assert namespace["grad_xs"].sharding.spec[:2] == ("n", "c")
+    assert "holds 16 at position [0 0 1 1]" in namespace["err"].get()
 
 
 def test_readme_layer_blocks_run():
