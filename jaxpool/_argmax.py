@@ -121,6 +121,16 @@ def window_argmax(
         best, index = values, chosen
     assert index is not None
     values = gather_at(x, index, nd, trail, -jnp.inf)
+    # A window with no in-bounds tap keeps -inf, whatever element its index
+    # (the first non-negative tap, out of bounds along some axis) lands on.
+    empty = [w.empty() for w in axes]
+    if any(e.any() for e in empty):
+        masks = []
+        for a, e in enumerate(empty):
+            keep = [1] * values.ndim
+            keep[lead + a] = axes[a].out
+            masks.append(jnp.asarray(e.reshape(keep)))
+        values = jnp.where(functools.reduce(jnp.logical_or, masks), neg_inf, values)
     return values, index
 
 

@@ -138,7 +138,9 @@ def max_pool3d_with_argmax(
       w`` of the chosen element inside its own unpadded ``(n, c)`` plane, in
       either layout. Ties keep the first maximum in ``(d, h, w)`` order; a
       window holding NaN gives NaN at its last NaN; a window of only ``-inf``
-      gives ``-inf`` at its first in-bounds tap.
+      gives ``-inf`` at its first in-bounds tap; a window with no in-bounds tap
+      (dilation) gives ``-inf`` at its first non-negative tap's flat offset,
+      PyTorch's index, which may lie outside the plane.
 
     Raises:
       TypeError: ``x`` is not floating, or a window argument is not an int

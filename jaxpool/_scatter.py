@@ -169,7 +169,52 @@ def gather_sum(
             g = _spread(g, batch + a, w, table[m], 0)
             i = _spread(i, batch + a, w, table[m], -1)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
+    table = _alias_table(axes)
+    if table is not None:  # windows with no in-bounds tap whose index aliases
+        flat_g, flat_i = _flatten(grads, nd, trail), _flatten(indices, nd, trail)
+        for row in table:
+            g = jnp.take(flat_g, row, axis=batch, mode="fill", fill_value=0)
+            i = jnp.take(flat_i, row, axis=batch, mode="fill", fill_value=-1)
+            g, i = g.reshape(x.shape), i.reshape(x.shape)
+            total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total.astype(x.dtype)
+
+
+def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
+    """``(slots, P)``: for each plane position, the flat output indices of the
+    windows with no in-bounds tap whose index (the first non-negative tap, out
+    of bounds along some axis) still lands on it, in increasing order; ``Q``
+    (no such window) elsewhere. ``None`` when no index lands in the plane.
+
+    Such a window takes its index from the position rule alone, so it may lie
+    outside the window's own span, where the covering windows do not look
+    (targets inside the span are theirs).
+    """
+    empty = [w.empty() for w in axes]
+    if not any(e.any() for e in empty):
+        return None
+    in_size = tuple(w.size for w in axes)
+    starts = [w.positions(0) + w.first_tap() * w.dilation for w in axes]
+    grids = np.meshgrid(*starts, indexing="ij")
+    targets = sum(g * math.prod(in_size[a + 1 :]) for a, g in enumerate(grids))
+    hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
+    plane = math.prod(in_size)
+    landed = hollow & (targets < plane)
+    # Targets inside the window's span are found by the covering windows.
+    coords = np.unravel_index(np.where(landed, targets, 0), in_size)
+    spans = [np.meshgrid(*(w.span()[k] for w in axes), indexing="ij") for k in (0, 1)]
+    inside = np.logical_and.reduce(
+        [(lo <= c) & (c < hi) for c, lo, hi in zip(coords, *spans, strict=True)]
+    )
+    windows = np.flatnonzero(landed & ~inside)
+    if windows.size == 0:
+        return None
+    hits = np.asarray(targets).ravel()[windows]
+    slots = int(np.bincount(hits).max())
+    table = np.full((slots, plane), hollow.size, np.int64)
+    for w, t in zip(windows, hits, strict=True):  # windows ascend: a fixed order
+        table[np.argmax(table[:, t] == hollow.size), t] = w
+    return table
 
 
 def _spread(

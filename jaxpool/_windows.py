@@ -79,6 +79,12 @@ class AxisWindows(NamedTuple):
         table = first + np.arange(slots)[:, None]
         return np.where(table <= last, table, self.out)
 
+    def empty(self) -> np.ndarray:
+        """Which windows have no in-bounds tap (possible with dilation), shape
+        ``(out,)``."""
+        taps = np.stack([self.positions(j) for j in range(self.taps)])
+        return np.asarray(~((taps >= 0) & (taps < self.size)).any(axis=0))
+
     def first_tap(self) -> np.ndarray:
         """Each window's first non-negative tap number, shape ``(out,)``."""
         if self.starts:

@@ -52,6 +52,19 @@ POOL_CONFIGS = {
     "2d-k3-s1-p1": (2, (1, 2, 6, 7), (3, 3), (1, 1), (1, 1), (1, 1), False),
     "2d-mixed-ceil": (2, (1, 2, 7, 8), (3, 2), (2, 3), (1, 1), (2, 1), True),
     "2d-3d-input": (2, (4, 5, 5), (2, 3), (1, 2), (1, 0), (1, 1), False),
+    # Windows with no in-bounds tap whose index (the first non-negative tap,
+    # out of bounds along W) aliases an element of the next row: -inf, and the
+    # gradient goes where the index points (found by hypothesis).
+    "2d-empty-window-aliases": (2, (2, 3, 2, 1), (1, 2), (1, 1), (0, 1), (1, 2), False),
+    "2d-empty-window-aliases-in-span": (
+        2,
+        (2, 3, 3, 2),
+        (2, 2),
+        (1, 1),
+        (1, 1),
+        (3, 3),
+        False,
+    ),
     "2d-asymmetric-pairs": (
         2,
         (1, 2, 6, 7),

@@ -145,6 +145,7 @@ POOL_FAMILY = [
     (2, (2, 3, 7, 8), dict(kernel_size=2)),
     (2, (1, 2, 9, 7), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1))),
     (2, (2, 5, 6), dict(kernel_size=3, stride=2, dilation=2, ceil_mode=True)),
+    (2, (2, 3, 2, 1), dict(kernel_size=(1, 2), padding=(0, 1), dilation=(1, 2))),
 ]
 ADAPTIVE_FAMILY = [
     (1, (2, 3, 10), 4),

@@ -5,23 +5,36 @@ import io
 import json
 
 import pytest
+from helpers import require
 
 from jaxpool import _argmax, verify
 
 
 def test_verify_passes_on_every_op(tmp_path):
     out = io.StringIO()
-    rows = verify.run(list(verify.OPS), ["float32", "float64"], True, True, out)
+    rows = verify.run(list(verify.OPS), ["float32", "float64"], True, False, out)
     assert {r.op for r in rows} == set(verify.OPS)
     assert rows and all(r.passed for r in rows), [r for r in rows if not r.passed]
     checks = {r.check for r in rows}
     assert "grad vs finite differences (rel err)" in checks
-    assert "values, indices == torch (mismatches)" in checks
+    assert "backward op vs float64 scatter (max abs err)" in checks
     assert "FAIL" not in out.getvalue()
     path = tmp_path / "rows.json"
     argv = ["--quick", "--dtype", "float32", "--no-torch", "--op", "max_unpool2d"]
     assert verify.main([*argv, "--device", "cpu", "--json", str(path)]) == 0
     assert all(r["passed"] for r in json.loads(path.read_text()))
+
+
+def test_verify_compares_with_torch():
+    require("torch")
+    out = io.StringIO()
+    ops = ["max_pool2d_with_argmax", "adaptive_max_pool3d", "max_unpool1d"]
+    rows = verify.run(ops, ["float32"], True, True, out)
+    checks = {r.check for r in rows}
+    assert "values, indices == torch (mismatches)" in checks
+    assert "grad vs torch (max abs err)" in checks
+    assert "unpool == torch (mismatches)" in checks
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 
 
 def test_verify_reports_a_wrong_tie_rule(monkeypatch, capsys):
