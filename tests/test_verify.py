@@ -12,7 +12,8 @@ from jaxpool import _argmax, verify
 
 def test_verify_passes_on_every_op(tmp_path):
     out = io.StringIO()
-    rows = verify.run(list(verify.OPS), ["float32", "float64"], True, False, out)
+    # float64: the finite-difference rows run only there.
+    rows = verify.run(list(verify.OPS), ["float64"], True, False, out)
     assert {r.op for r in rows} == set(verify.OPS)
     assert rows and all(r.passed for r in rows), [r for r in rows if not r.passed]
     checks = {r.check for r in rows}
