@@ -52,7 +52,7 @@ def _backward(
     spec = AdaptiveSpec(spatial, out, cl)
     trail = int(cl)
     plane = math.prod(spatial)
-    _spec.check_indices(fn, indices, nd, trail, plane, check_indices)
+    _spec.check_indices(fn, indices, plane, check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return backward(grad_output, indices, x_struct, spec.axes, trail, algorithm)
 

@@ -33,6 +33,14 @@ def _tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
     return lax.slice_in_dim(x, start, limit, windows.stride, axis)
 
 
+def _per_window(column: np.ndarray, axis: int, ndim: int, size: int) -> jax.Array:
+    """A per-window constant ``column`` of length ``size``, shaped to broadcast
+    along ``axis`` of an ``ndim``-array."""
+    keep = [1] * ndim
+    keep[axis] = size
+    return jnp.asarray(column.reshape(keep))
+
+
 def _stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
     """Which spatial axes each pass reduces, in order.
 
@@ -90,9 +98,7 @@ def window_argmax(
 
         def along(a: int, column: np.ndarray, shape: list[int] = shape) -> jax.Array:
             """A per-window constant of axis ``a``, broadcast to the pass's shape."""
-            keep = [1] * len(shape)
-            keep[lead + a] = shape[lead + a]
-            const = jnp.asarray(column.reshape(keep))
+            const = _per_window(column, lead + a, len(shape), shape[lead + a])
             return jnp.broadcast_to(const, tuple(shape), out_sharding=sharding)
 
         values = jnp.full(shape, -jnp.inf, x.dtype, out_sharding=sharding)
@@ -125,11 +131,10 @@ def window_argmax(
     # (the first non-negative tap, out of bounds along some axis) lands on.
     empty = [w.empty() for w in axes]
     if any(e.any() for e in empty):
-        masks = []
-        for a, e in enumerate(empty):
-            keep = [1] * values.ndim
-            keep[lead + a] = axes[a].out
-            masks.append(jnp.asarray(e.reshape(keep)))
+        masks = [
+            _per_window(e, lead + a, values.ndim, axes[a].out)
+            for a, e in enumerate(empty)
+        ]
         values = jnp.where(functools.reduce(jnp.logical_or, masks), neg_inf, values)
     return values, index
 

@@ -52,7 +52,7 @@ def _backward(
     )
     algorithm = _spec.algorithm(fn, algorithm)
     plane = math.prod(spec.in_size)
-    _spec.check_indices(fn, indices, nd, trail, plane, check_indices)
+    _spec.check_indices(fn, indices, plane, check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return backward(grad_output, indices, x_struct, spec.axes, trail, algorithm)
 
@@ -64,20 +64,8 @@ def _backward_rule(
     spec: PoolSpec,
     algorithm: Algorithm,
 ) -> jax.Array:
-    k = spec.kwargs
-    return _backward(
-        len(spec.in_size),
-        grad_output,
-        x,
-        indices,
-        k["kernel_size"],
-        k["stride"],
-        k["padding"],
-        k["dilation"],
-        k["ceil_mode"],
-        k["channels_last"],
-        algorithm=algorithm,
-    )
+    nd = len(spec.in_size)
+    return _backward(nd, grad_output, x, indices, *spec.args, algorithm=algorithm)
 
 
 _pool = argmax_pool(_backward_rule)

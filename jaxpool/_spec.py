@@ -340,9 +340,7 @@ def pooled_spatial(
     return shape[first:stop]
 
 
-def check_indices(
-    fn: str, indices: jax.Array, nd: int, trail: int, plane: int, enabled: Any
-) -> None:
+def check_indices(fn: str, indices: jax.Array, plane: int, enabled: Any) -> None:
     """With ``enabled``, a ``checkify`` check that every index lies in ``[0,
     plane)``, reporting the first bad one and its position.
 

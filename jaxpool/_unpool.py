@@ -99,7 +99,7 @@ def _max_unpool(
     trail = int(cl)
     sizes = _output_spatial(fn, x.shape, nd, trail, output_size)
     out = jax.ShapeDtypeStruct(with_spatial(x.shape, nd, trail, sizes), x.dtype)
-    _spec.check_indices(fn, indices, nd, trail, math.prod(sizes), check_indices)
+    _spec.check_indices(fn, indices, math.prod(sizes), check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
         return _unpool(x, indices, out, nd, trail)
 

@@ -122,16 +122,17 @@ class PoolSpec(NamedTuple):
         )
 
     @property
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments that rebuild this spec."""
-        return {
-            "kernel_size": self.kernel,
-            "stride": self.stride,
-            "padding": self.padding,
-            "dilation": self.dilation,
-            "ceil_mode": self.ceil_mode,
-            "channels_last": self.channels_last,
-        }
+    def args(self) -> tuple[Any, ...]:
+        """The arguments that rebuild this spec: ``kernel_size, stride,
+        padding, dilation, ceil_mode, channels_last``."""
+        return (
+            self.kernel,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.ceil_mode,
+            self.channels_last,
+        )
 
 
 class AdaptiveSpec(NamedTuple):
@@ -147,10 +148,6 @@ class AdaptiveSpec(NamedTuple):
             adaptive_axis(L, o)
             for L, o in zip(self.in_size, self.out_size, strict=True)
         )
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return {"channels_last": self.channels_last}
 
 
 def pool_output_size(

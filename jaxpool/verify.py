@@ -219,11 +219,14 @@ def _finite_difference(case: Case, rng: np.random.Generator) -> float:
         size = int(np.prod(case.shape))
         x = rng.permutation(size).reshape(case.shape) / size
         step = 0.1 / size  # below half the spacing of the values
+        indices = None
         if case.backward is None:  # unpool the oracle's pooled values
             x, indices = case.oracle(x)
-            f = partial(lambda v, i: case.fn(v, i), i=jnp.asarray(indices))
-        else:
-            f = partial(lambda x: case.fn(x)[0])
+            indices = jnp.asarray(indices)
+
+        def f(v: Any) -> Any:
+            return case.fn(v)[0] if indices is None else case.fn(v, indices)
+
         x = jnp.asarray(x)
         v = jnp.asarray(rng.standard_normal(x.shape))
         out, vjp = jax.vjp(f, x)
