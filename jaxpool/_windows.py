@@ -227,6 +227,14 @@ def flat_offsets(
     return flat
 
 
+def under_mesh(arr: jax.Array) -> bool:
+    """Whether a mesh is in context (``jax.set_mesh``) or typed on ``arr``: the
+    kernels then keep the planes separate, so that sharding over the
+    non-spatial axes needs no communication, and read no single element."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty or not jax.typeof(arr).sharding.mesh.empty
+
+
 def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
     """Sharding for new arrays that must line up with ``arr``'s plane axes.
 

@@ -41,11 +41,11 @@ def test_verify_compares_with_torch():
 def test_verify_reports_a_wrong_tie_rule(monkeypatch, capsys):
     """Break the kernel's tie rule (the last maximum wins instead of the first):
     the tool must report FAIL and exit non-zero."""
-    source = inspect.getsource(_argmax.window_argmax)
+    source = inspect.getsource(_argmax._scan)
     assert "(value > values)" in source
     namespace = dict(vars(_argmax))
     exec(source.replace("(value > values)", "(value >= values)"), namespace)
-    monkeypatch.setattr(_argmax, "window_argmax", namespace["window_argmax"])
+    monkeypatch.setattr(_argmax, "_scan", namespace["_scan"])
     argv = ["--quick", "--dtype", "float32", "--no-torch"]
     assert verify.main([*argv, "--op", "max_pool2d_with_argmax"]) == 1
     out = capsys.readouterr().out

@@ -1,0 +1,196 @@
+"""The CPU fast paths equal the forms they replace, bit for bit.
+
+On CPU the forward splits a strided minor axis into phases, the scatter runs
+over the whole array flattened, and ``materialize`` keeps XLA from recomputing
+the forward inside the backward. Accelerators, meshes and int32-overflowing
+arrays take the other forms, which these tests also run on CPU, against the
+oracle and against each other.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_same, cotangent, make_input, np_dtype, rng_for
+from jax.sharding import AxisType
+
+import jaxpool
+from jaxpool import _argmax, _scatter, reference
+from jaxpool._fusion import materialize
+from jaxpool._spec import pool_spec
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "uint8", "bool"])
+@pytest.mark.parametrize("first", [3, 0], ids=["sentinel-first", "other-first"])
+def test_materialize_returns_its_input(dtype, first):
+    """Whatever the trip count (1 when the first element is the loop's sentinel
+    3), the result is the input, bit for bit: -0.0, NaN, the sentinel itself."""
+    values = [first, 3, -0.0, 0.0, np.nan, np.inf, 2.5, 1]
+    if dtype == "bool":
+        x = np.array([first, 3, 0, 1, 1, 0, 1, 1], bool)
+    elif np.issubdtype(np_dtype(dtype), np.integer):
+        x = np.array([first, 3, 0, 7, 255 if dtype == "uint8" else -5, 1, 2, 3])
+        x = x.astype(np_dtype(dtype))
+    else:
+        x = np.array(values, np_dtype(dtype))
+    got = jax.jit(materialize)(x)
+    assert got.dtype == x.dtype
+    assert np.asarray(got).tobytes() == x.tobytes()
+    source = np.full(3, first, np.float32)
+    got = jax.jit(lambda x, s: materialize(x, s))(x, source)
+    assert np.asarray(got).tobytes() == x.tobytes()
+
+
+def test_materialize_is_a_loop_on_cpu_only_without_a_mesh():
+    """On CPU the producer is computed into its own buffer before a ``while``
+    (XLA:CPU drops ``optimization_barrier``); under a mesh nothing is added."""
+    x = jnp.arange(8.0)
+    hlo = jax.jit(lambda x: materialize(x * 2)).lower(x).compile().as_text()
+    assert jax.default_backend() != "cpu" or " while(" in hlo
+    mesh = jax.make_mesh((1,), ("n",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        hlo = jax.jit(lambda x: materialize(x * 2)).lower(x).compile().as_text()
+    assert " while(" not in hlo
+
+
+def test_train_step_reads_the_forward_once():
+    """The indices are computed once, then scattered: the train step has the
+    loop that keeps the scan out of the backward's loops (30x slower there)."""
+    x = jax.ShapeDtypeStruct((1, 2, 8, 8, 8), jnp.float32)
+    w = jax.ShapeDtypeStruct((1, 2, 4, 4, 4), jnp.float32)
+    for algorithm in ("scatter", "gather"):
+        step = jax.jit(
+            jax.grad(
+                lambda x, w, a=algorithm: jnp.sum(
+                    w * jaxpool.max_pool3d_with_argmax(x, 2, algorithm=a)[0]
+                )
+            )
+        )
+        hlo = step.lower(x, w).compile().as_text()
+        assert jax.default_backend() != "cpu" or " while(" in hlo, algorithm
+
+
+def _triples(config):
+    """``(kernel, stride, padding, dilation, ceil_mode)`` with ints as 3-tuples."""
+    *sizes, ceil_mode = config
+    return (*((s,) * 3 if isinstance(s, int) else s for s in sizes), ceil_mode)
+
+
+# (kernel, stride, padding, dilation, ceil_mode) with overlapping strided
+# windows along W, which the forward splits into phases on CPU.
+PHASED = [
+    ((3, 3, 3), 2, 1, 1, False),
+    ((2, 3, 4), (1, 2, 3), (1, 1, 2), 1, True),
+    ((1, 2, 3), (2, 1, 2), 0, (1, 1, 2), False),
+    ((3, 2, 4), (3, 2, 2), (1, 0, 2), (2, 1, 1), True),
+]
+
+
+@pytest.mark.parametrize("kind", ["ties", "nan", "inf"])
+@pytest.mark.parametrize("config", PHASED, ids=str)
+def test_phased_and_plain_scans_equal_the_oracle(config, kind):
+    """The CPU scan (phases) and the accelerators' scan (strided taps), both
+    run here on CPU, give the oracle's values and indices."""
+    kernel, stride, padding, dilation, ceil_mode = _triples(config)
+    x = make_input(
+        rng_for("phased", str(config), kind), (2, 3, 9, 8, 11), "float32", kind
+    )
+    spec = pool_spec(
+        "f", x.shape, 3, kernel, stride, padding, dilation, ceil_mode, False
+    )
+    assert _argmax._phased(spec.axes, 0)
+    want = reference.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    for phased in (True, False):
+        values, indices = jax.jit(
+            lambda x, p=phased: _argmax._scan(x, spec.axes, 0, phased=p)
+        )(x)
+        assert_same(indices, want[1], f"indices, phased={phased}")
+        assert_same(values, want[0], f"values, phased={phased}")
+
+
+# Axis-at-a-time passes (more than 27 taps): D first, so later passes compare
+# positions; padding rows of -inf must never win a tie with a real -inf.
+STAGED = [
+    ((4, 4, 4), 2, 2, 1, False),
+    ((3, 4, 3), (1, 2, 3), (1, 2, 1), (2, 1, 2), True),
+    ((5, 2, 3), (3, 1, 2), (2, 1, 0), 1, True),
+]
+
+
+@pytest.mark.parametrize("kind", ["ties", "nan", "inf"])
+@pytest.mark.parametrize("config", STAGED, ids=str)
+def test_axis_passes_keep_the_scan_order(config, kind):
+    kernel, stride, padding, dilation, ceil_mode = _triples(config)
+    x = make_input(
+        rng_for("staged", str(config), kind), (1, 3, 11, 9, 10), "float32", kind
+    )
+    spec = pool_spec(
+        "f", x.shape, 3, kernel, stride, padding, dilation, ceil_mode, False
+    )
+    assert len(_argmax._stages(spec.axes)) == 3
+    values, indices = jaxpool.max_pool3d_with_argmax(
+        x, kernel, stride, padding, dilation, ceil_mode
+    )
+    want = reference.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    assert_same(indices, want[1], "indices")
+    assert_same(values, want[0], "values")
+
+
+def _hostile(shape, plane, dtype):
+    """Distinct indices into each plane of ``plane`` elements, with ``plane``,
+    the dtype's maximum and (if signed) -1 planted."""
+    rng = rng_for("flat", str(shape), str(dtype))
+    per_plane = int(np.prod(shape[2:]))
+    rows = [rng.permutation(plane)[:per_plane] for _ in range(shape[0] * shape[1])]
+    indices = np.stack(rows).reshape(shape).astype(dtype)
+    flat = indices.reshape(-1)
+    flat[0] = plane  # the next plane's first element, if flattened naively
+    flat[-1] = np.iinfo(dtype).max
+    if np.issubdtype(dtype, np.signedinteger):
+        flat[len(flat) // 2] = -1  # would wrap onto the plane's last element
+    return indices
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int8, np.uint8, np.uint16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_flat_and_batched_scatters_equal_the_oracle(
+    monkeypatch, dtype, index_dtype, channels_last
+):
+    """The CPU scatter over the whole array (global offsets computed from the
+    per-plane ones) and the batched one (meshes, accelerators, past int32)
+    drop the same bad indices and place or sum the rest exactly."""
+    out = (2, 3, 4, 5)  # into planes of 5 x 6 = 30 elements
+    indices = _hostile(out, 30, index_dtype)
+    g = cotangent(rng_for("flat-g", dtype), out, dtype)
+    summed = reference.scatter_add(g.astype(np.float64), indices, (5, 6))
+    want = summed.astype(np_dtype(dtype)), reference.max_unpool(g, indices, (5, 6))
+    # Windows of 2x2 at stride 1 overlap, so distinct indices are valid ones.
+    if channels_last:
+        g, indices = np.moveaxis(g, 1, -1), np.moveaxis(indices, 1, -1)
+        want = tuple(np.moveaxis(w, 1, -1) for w in want)
+    x = jax.ShapeDtypeStruct(want[0].shape, np_dtype(dtype))
+
+    @jax.jit
+    def ops(g, i):
+        grad = jaxpool.max_pool2d_with_argmax_backward(
+            g, x, i, (2, 2), 1, channels_last=channels_last
+        )
+        return grad, jaxpool.max_unpool2d(g, i, (5, 6), channels_last=channels_last)
+
+    flat = ops(g, indices)
+    monkeypatch.setattr(_scatter, "FLAT_LIMIT", 0)
+    batched = jax.jit(ops.__wrapped__)(g, indices)
+    for path, got in {"flat": flat, "batched": batched}.items():
+        assert_same(got[0], want[0], f"{path} backward")
+        assert_same(got[1], want[1], f"{path} unpool")
+
+
+def test_flat_form_is_chosen_only_below_the_limit(monkeypatch):
+    monkeypatch.setattr(_scatter, "FLAT_LIMIT", 64)
+    small = jnp.zeros((2, 2, 4, 4), jnp.int32)
+    assert _scatter._flat(small, (2, 2, 3, 3))  # 36 elements
+    assert not _scatter._flat(small, (2, 2, 4, 4))  # 64
+    assert not _scatter._flat(small, (0, 2, 4, 4))  # empty
