@@ -2,7 +2,7 @@
 
 The backward sums gradients at their argmax, two ways.
 
-``scatter`` (the default) is a per-plane scatter-add: fast everywhere, but on
+``scatter`` (the default) is a scatter-add: fast everywhere, but on
 GPU XLA's scatter-add uses atomics, so overlapping windows sum in a varying
 order. ``gather`` visits, for every input element, the windows that cover it in
 a fixed order and adds the gradients of those that chose it: no scatter, so the
@@ -10,11 +10,11 @@ same bits on every run and backend.
 
 Every kernel here works plane by plane: an index is an offset into its own
 ``(n, c)`` plane, and an index outside the plane (negative ones included) is
-dropped, never reaching a neighbouring plane. The scatter runs either as
-one op over the array flattened whole, with global offsets that jaxpool
-computes (``_global_offsets``: the fast form on one device), or batched over the
-non-spatial axes (under a mesh, so that sharding over them needs no
-communication, and past int32 offsets).
+dropped, never reaching a neighbouring plane. On CPU the scatter runs as one
+op over the array flattened whole, at offsets formed here from in-plane indices
+only (``_global_offsets``); under a mesh (so that sharding over the non-spatial
+axes needs no communication), past int32 offsets and on accelerators it is
+batched over the non-spatial axes.
 """
 
 from __future__ import annotations
