@@ -274,4 +274,6 @@ def argmax_pool(backward: Backward) -> Callable[[jax.Array, Any, Algorithm], Any
         return (backward(grad_output, x, indices, spec, algorithm),)
 
     pool.defvjp(pool_fwd, pool_bwd)
-    return pool
+    # Jitted so that an eager call compiles one program per configuration
+    # rather than dispatching (and compiling) each of the scan's ops.
+    return jax.jit(pool, static_argnums=(1, 2))

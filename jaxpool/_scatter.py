@@ -19,6 +19,7 @@ batched over the non-spatial axes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -332,6 +333,7 @@ def _spread(
     return jnp.where(covered, spread, fill_value)
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def backward(
     grad_output: jax.Array,
     indices: jax.Array,

@@ -52,6 +52,8 @@ def _unpool_bwd(
 
 
 _unpool.defvjp(_unpool_fwd, _unpool_bwd)
+# One program per configuration for eager calls (see _argmax.argmax_pool).
+_unpool_jit = jax.jit(_unpool, static_argnums=(2, 3, 4))
 
 
 def _output_spatial(
@@ -101,7 +103,7 @@ def _max_unpool(
     out = jax.ShapeDtypeStruct(with_spatial(x.shape, nd, trail, sizes), x.dtype)
     _spec.check_indices(fn, indices, math.prod(sizes), check_indices)
     with jax.named_scope(f"jaxpool.{fn}"):
-        return _unpool(x, indices, out, nd, trail)
+        return _unpool_jit(x, indices, out, nd, trail)
 
 
 def max_unpool3d(

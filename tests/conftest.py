@@ -3,6 +3,7 @@ and the hypothesis profiles: "ci" by default, "thorough" on request
 (``pytest tests/test_properties.py --hypothesis-profile=thorough``)."""
 
 import jax
+import pytest
 from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -13,3 +14,13 @@ _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
 settings.load_profile("ci")
+
+
+@pytest.fixture
+def retrace():
+    """JAX's caches cleared before and after the test. The ops are jitted, so a
+    test that patches jaxpool's internals must neither reuse programs traced
+    without the patch nor leave behind programs traced with it."""
+    jax.clear_caches()
+    yield
+    jax.clear_caches()

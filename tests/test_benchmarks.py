@@ -69,3 +69,31 @@ def test_benchmark_takes_a_case_from_the_command_line(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert {r["shape"] for r in rows} == {"1x3x6x5x7 k3 s2 p1"}
+
+
+def test_profile_smoke(tmp_path):
+    """The per-op profile finds XLA ops with time in every program."""
+    out = tmp_path / "profile.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "profile_ops.py"),
+            "--quick",
+            "--calls",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["figure"] for r in rows} == {"forward", "backward", "train step"}
+    assert len(rows) == 6  # one 3-D pool and one adaptive head, three programs
+    for row in rows:
+        assert row["wall_ms"] > 0 and row["ops"], row
+        assert all(us >= 0 for _, us in row["ops"])
+    backward = next(r for r in rows if r["figure"] == "backward")
+    assert any("scatter" in op for op, _ in backward["ops"])

@@ -157,7 +157,7 @@ def _hostile(shape, plane, dtype):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int8, np.uint8, np.uint16])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_flat_and_batched_scatters_equal_the_oracle(
-    monkeypatch, dtype, index_dtype, channels_last
+    monkeypatch, retrace, dtype, index_dtype, channels_last
 ):
     """The CPU scatter over the whole array (global offsets computed from the
     per-plane ones) and the batched one (meshes, accelerators, past int32)
@@ -180,9 +180,18 @@ def test_flat_and_batched_scatters_equal_the_oracle(
         )
         return grad, jaxpool.max_unpool2d(g, i, (5, 6), channels_last=channels_last)
 
+    traced = []  # which form each trace builds (the ops are jitted and cached)
+    offsets = _scatter._global_offsets
+    monkeypatch.setattr(
+        _scatter, "_global_offsets", lambda *a: traced.append(1) or offsets(*a)
+    )
     flat = ops(g, indices)
+    assert traced, "the flat form was not built"
+    traced.clear()
     monkeypatch.setattr(_scatter, "FLAT_LIMIT", 0)
+    jax.clear_caches()
     batched = jax.jit(ops.__wrapped__)(g, indices)
+    assert not traced, "the batched run built the flat form"
     for path, got in {"flat": flat, "batched": batched}.items():
         assert_same(got[0], want[0], f"{path} backward")
         assert_same(got[1], want[1], f"{path} unpool")

@@ -38,7 +38,7 @@ def test_verify_compares_with_torch():
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
 
 
-def test_verify_reports_a_wrong_tie_rule(monkeypatch, capsys):
+def test_verify_reports_a_wrong_tie_rule(monkeypatch, retrace, capsys):
     """Break the kernel's tie rule (the last maximum wins instead of the first):
     the tool must report FAIL and exit non-zero."""
     source = inspect.getsource(_argmax._scan)
