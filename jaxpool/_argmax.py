@@ -61,9 +61,9 @@ def _phased(axes: tuple[AxisWindows, ...], trail: int) -> bool:
 def _split_phases(
     x: jax.Array, pads: list[tuple[int, int, int]], stride: int
 ) -> jax.Array:
-    """``x`` padded by ``pads`` with ``-inf``, its last axis ``(L,)`` (a
-    multiple of ``stride`` once padded) as ``(stride, L / stride)``, phase
-    first: a strided tap becomes a contiguous slice of one phase.
+    """``x`` padded by ``pads`` with ``-inf``, its last axis ``(L,)`` (padded
+    further to a multiple of ``stride``) as ``(stride, ceil(L / stride))``,
+    phase first: a strided tap becomes a contiguous slice of one phase.
 
     Each phase is a strided slice of ``x`` padded on its own, so XLA builds the
     whole array in one pass (padding first, then splitting, took two); it is
@@ -71,7 +71,7 @@ def _split_phases(
     """
     lo, hi, _ = pads[-1]
     size = x.shape[-1]
-    length = (lo + size + hi) // stride
+    length = -(-(lo + size + hi) // stride)
     phases = []
     for r in range(stride):
         first = max(0, -(-(lo - r) // stride))  # first m with r + m*s - lo >= 0
@@ -171,10 +171,6 @@ def _scan(
     # copy, but XLA then materialises every padded tap: a k**d patch tensor, 2x
     # faster at stride 2, 10x slower at stride 1. Measured, not kept.)
     pads = [(0, 0, 0)] * lead + [(*w.pad, 0) for w in axes] + [(0, 0, 0)] * trail
-    if phased:  # the minor axis to a whole number of phases
-        lo, hi, _ = pads[-1]
-        stride = axes[-1].stride
-        pads[-1] = (lo, hi - (axes[-1].size + lo + hi) % -stride, 0)
     neg_inf = jnp.array(-jnp.inf, x.dtype)
     padded = tuple(n + lo + hi for n, (lo, hi, _) in zip(x.shape, pads, strict=True))
     if phased:
@@ -208,6 +204,7 @@ def _scan(
                 for a, j in zip(group, taps, strict=True)
             )
             if tap_index is None:  # taps in row-major order: the scan's rule
+                tap_index = offset
                 take = (value > values) | jnp.isnan(value)
             else:  # a later pass: compare positions. (Padding ties a window
                 # of only -inf, whose candidates all share the earlier axes'
@@ -215,7 +212,6 @@ def _scan(
                 # tap along this axis, high padding comes after every real one.)
                 tap_index = tap_index + offset
                 take = _after(value, tap_index, values, chosen)
-            tap_index = offset if tap_index is None else tap_index
             # The window's first in-bounds tap is taken whatever it holds: all
             # taps before it are padding, so this starts the scan from it.
             force = [firsts[a] == j for a, j in zip(group, taps, strict=True)]

@@ -72,10 +72,15 @@ def test_train_step_reads_the_forward_once():
         assert jax.default_backend() != "cpu" or " while(" in hlo, algorithm
 
 
-def _triples(config):
-    """``(kernel, stride, padding, dilation, ceil_mode)`` with ints as 3-tuples."""
-    *sizes, ceil_mode = config
-    return (*((s,) * 3 if isinstance(s, int) else s for s in sizes), ceil_mode)
+def _case(name, config, kind, shape):
+    """Input, spec and oracle ``(values, indices)`` of a 3-D pool config
+    ``(kernel, stride, padding, dilation, ceil_mode)``."""
+    x = make_input(rng_for(name, str(config), kind), shape, "float32", kind)
+    spec = pool_spec("f", x.shape, 3, *config, False)
+    want = reference.max_pool(
+        x, spec.kernel, spec.stride, spec.padding, spec.dilation, spec.ceil_mode
+    )
+    return x, spec, want
 
 
 # (kernel, stride, padding, dilation, ceil_mode) with overlapping strided
@@ -93,15 +98,8 @@ PHASED = [
 def test_phased_and_plain_scans_equal_the_oracle(config, kind):
     """The CPU scan (phases) and the accelerators' scan (strided taps), both
     run here on CPU, give the oracle's values and indices."""
-    kernel, stride, padding, dilation, ceil_mode = _triples(config)
-    x = make_input(
-        rng_for("phased", str(config), kind), (2, 3, 9, 8, 11), "float32", kind
-    )
-    spec = pool_spec(
-        "f", x.shape, 3, kernel, stride, padding, dilation, ceil_mode, False
-    )
+    x, spec, want = _case("phased", config, kind, (2, 3, 9, 8, 11))
     assert _argmax._phased(spec.axes, 0)
-    want = reference.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
     for phased in (True, False):
         values, indices = jax.jit(
             lambda x, p=phased: _argmax._scan(x, spec.axes, 0, phased=p)
@@ -122,18 +120,9 @@ STAGED = [
 @pytest.mark.parametrize("kind", ["ties", "nan", "inf"])
 @pytest.mark.parametrize("config", STAGED, ids=str)
 def test_axis_passes_keep_the_scan_order(config, kind):
-    kernel, stride, padding, dilation, ceil_mode = _triples(config)
-    x = make_input(
-        rng_for("staged", str(config), kind), (1, 3, 11, 9, 10), "float32", kind
-    )
-    spec = pool_spec(
-        "f", x.shape, 3, kernel, stride, padding, dilation, ceil_mode, False
-    )
+    x, spec, want = _case("staged", config, kind, (1, 3, 11, 9, 10))
     assert len(_argmax._stages(spec.axes)) == 3
-    values, indices = jaxpool.max_pool3d_with_argmax(
-        x, kernel, stride, padding, dilation, ceil_mode
-    )
-    want = reference.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    values, indices = jaxpool.max_pool3d_with_argmax(x, *config)
     assert_same(indices, want[1], "indices")
     assert_same(values, want[0], "values")
 
