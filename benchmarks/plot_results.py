@@ -1,7 +1,7 @@
 """Bar chart of benchmark results (needs the `bench` extra: matplotlib).
 
     python benchmarks/plot_results.py benchmarks/results/max_pool3d.json \
-        benchmarks/results/adaptive_max_pool2d.json -o benchmarks/results/cpu.png
+        benchmarks/results/adaptive_max_pool2d.json -o docs/assets/cpu.png
 
 One panel per figure (forward, backward, train step): median time per shape and
 contender, log scale, with the run's date, machine and versions in the title.
@@ -17,7 +17,7 @@ from pathlib import Path
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="+", help="JSON files from the bench scripts")
-    parser.add_argument("-o", "--output", default="benchmarks/results/cpu.png")
+    parser.add_argument("-o", "--output", default="docs/assets/cpu.png")
     args = parser.parse_args(argv)
     try:
         import matplotlib

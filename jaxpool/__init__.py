@@ -1,32 +1,32 @@
 """jaxpool: differentiable max pooling with argmax for JAX, PyTorch-exact."""
 
-from ._adaptive import adaptive_max_pool1d as adaptive_max_pool1d
-from ._adaptive import (
+from ._ops import adaptive_max_pool1d as adaptive_max_pool1d
+from ._ops import (
     adaptive_max_pool1d_backward as adaptive_max_pool1d_backward,
 )
-from ._adaptive import adaptive_max_pool2d as adaptive_max_pool2d
-from ._adaptive import (
+from ._ops import adaptive_max_pool2d as adaptive_max_pool2d
+from ._ops import (
     adaptive_max_pool2d_backward as adaptive_max_pool2d_backward,
 )
-from ._adaptive import adaptive_max_pool3d as adaptive_max_pool3d
-from ._adaptive import (
+from ._ops import adaptive_max_pool3d as adaptive_max_pool3d
+from ._ops import (
     adaptive_max_pool3d_backward as adaptive_max_pool3d_backward,
 )
-from ._max_pool import max_pool1d_with_argmax as max_pool1d_with_argmax
-from ._max_pool import (
+from ._ops import max_pool1d_with_argmax as max_pool1d_with_argmax
+from ._ops import (
     max_pool1d_with_argmax_backward as max_pool1d_with_argmax_backward,
 )
-from ._max_pool import max_pool2d_with_argmax as max_pool2d_with_argmax
-from ._max_pool import (
+from ._ops import max_pool2d_with_argmax as max_pool2d_with_argmax
+from ._ops import (
     max_pool2d_with_argmax_backward as max_pool2d_with_argmax_backward,
 )
-from ._max_pool import max_pool3d_with_argmax as max_pool3d_with_argmax
-from ._max_pool import (
+from ._ops import max_pool3d_with_argmax as max_pool3d_with_argmax
+from ._ops import (
     max_pool3d_with_argmax_backward as max_pool3d_with_argmax_backward,
 )
-from ._unpool import max_unpool1d as max_unpool1d
-from ._unpool import max_unpool2d as max_unpool2d
-from ._unpool import max_unpool3d as max_unpool3d
+from ._ops import max_unpool1d as max_unpool1d
+from ._ops import max_unpool2d as max_unpool2d
+from ._ops import max_unpool3d as max_unpool3d
 
 __version__ = "0.2.0"
 

@@ -1,71 +1,116 @@
-"""What the Flax NNX, Flax Linen and Equinox layers share: one call per layer
-kind, so the three frameworks' modules only hold their arguments."""
+"""What the Flax NNX, Flax Linen and Equinox layers share: their arguments and
+their call.
+
+Each layer kind is a dataclass whose fields are its op family's arguments, the
+same typed definition the public functions use (``_spec.PoolArgs``,
+``AdaptiveArgs``, ``UnpoolArgs``), plus ``return_indices`` where it applies,
+with Flax's channels-last default. Calling a layer calls the public function,
+which validates the arguments once. A framework module (``nnx``, ``linen``,
+``eqx``) subclasses each kind with the framework's base class, fixing the
+number of spatial axes with a class keyword: ``class MaxPool3d(MaxPool,
+nnx.Module, nd=3)``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 
-from . import _adaptive, _max_pool, _spec, _unpool
-from ._windows import split
+from . import _ops, _spec
+from ._spec import AdaptiveArgs, PoolArgs, UnpoolArgs, frozen, static_field
 
 
-def pool(nd: int, x: Any, cfg: dict[str, Any], return_indices: bool) -> Any:
-    """``max_pool{nd}d_with_argmax(x, **cfg)``, values alone unless
-    ``return_indices``."""
-    values, indices = _max_pool._forward(
-        nd,
-        x,
-        cfg["kernel_size"],
-        cfg["stride"],
-        cfg["padding"],
-        cfg["dilation"],
-        cfg["ceil_mode"],
-        cfg["channels_last"],
-        algorithm=cfg["algorithm"],
-    )
-    return (values, indices) if return_indices else values
+class _Layer:
+    """Fixes ``nd`` from the class keyword of a subclass."""
+
+    nd: ClassVar[int]
+
+    def __init_subclass__(cls, *, nd: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if nd is not None:
+            cls.nd = nd
 
 
-def adaptive(nd: int, x: Any, cfg: dict[str, Any], return_indices: bool) -> Any:
-    """``adaptive_max_pool{nd}d(x, **cfg)``, values alone unless
-    ``return_indices``."""
-    values, indices = _adaptive._forward(
-        nd, x, cfg["output_size"], cfg["channels_last"], cfg["algorithm"]
-    )
-    return (values, indices) if return_indices else values
+def _arguments(layer: Any, definition: type) -> dict[str, Any]:
+    """The layer's values of the fields of ``definition``, lists as tuples."""
+    return {
+        f.name: frozen(getattr(layer, f.name)) for f in dataclasses.fields(definition)
+    }
 
 
-def unpool(
-    nd: int,
-    x: Any,
-    indices: Any,
-    output_size: Sequence[int] | None,
-    cfg: dict[str, Any],
-) -> jax.Array:
-    """``max_unpool{nd}d``; without ``output_size``, PyTorch's default
-    ``(in - 1) * stride - 2 * padding + kernel_size`` per axis."""
-    if output_size is None:
-        fn = f"MaxUnpool{nd}d"
-        shape = tuple(getattr(x, "shape", ()))
-        cl = cfg["channels_last"]
-        _spec.split_shape(fn, shape, nd, cl)
-        k = _spec.int_tuple(fn, "kernel_size", cfg["kernel_size"], nd)
-        stride = cfg["stride"]
-        s = k if stride is None else _spec.int_tuple(fn, "stride", stride, nd)
-        p = _spec.int_tuple(fn, "padding", cfg["padding"], nd)
-        first, stop = split(len(shape), nd, int(cl))
-        output_size = tuple(
-            (n - 1) * si - 2 * pi + ki
-            for n, ki, si, pi in zip(shape[first:stop], k, s, p, strict=True)
-        )
-    return _unpool._max_unpool(nd, x, indices, output_size, cfg["channels_last"])
+_POOL = {
+    1: _ops.max_pool1d_with_argmax,
+    2: _ops.max_pool2d_with_argmax,
+    3: _ops.max_pool3d_with_argmax,
+}
+_ADAPTIVE = {
+    1: _ops.adaptive_max_pool1d,
+    2: _ops.adaptive_max_pool2d,
+    3: _ops.adaptive_max_pool3d,
+}
+_UNPOOL = {
+    1: _ops.max_unpool1d,
+    2: _ops.max_unpool2d,
+    3: _ops.max_unpool3d,
+}
 
 
-def frozen(value: Any) -> Any:
-    """Lists (nested too) as tuples: hashable, and static to every framework."""
-    if isinstance(value, (list, tuple)):
-        return tuple(frozen(v) for v in value)
-    return value
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class _Pooling(_Layer):
+    """A pool as a layer: its function's arguments and ``return_indices``."""
+
+    _functions: ClassVar[dict[int, Any]]
+    _arguments_of: ClassVar[type]
+    return_indices: bool = static_field(False, kw_only=True)
+
+    def __call__(self, x: jax.Array) -> Any:
+        """Pooled values, or ``(values, indices)`` with ``return_indices``."""
+        pool = self._functions[self.nd]
+        values, indices = pool(x, **_arguments(self, self._arguments_of))
+        return (values, indices) if self.return_indices else values
+
+
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class MaxPool(_Pooling, PoolArgs):
+    """``max_pool{nd}d_with_argmax`` as a layer: its arguments, channels-last
+    by default, and ``return_indices``."""
+
+    _functions = _POOL
+    _arguments_of = PoolArgs
+    channels_last: bool = static_field(True, kw_only=True)
+
+
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class AdaptiveMaxPool(_Pooling, AdaptiveArgs):
+    """``adaptive_max_pool{nd}d`` as a layer: its arguments, channels-last by
+    default, and ``return_indices``."""
+
+    _functions = _ADAPTIVE
+    _arguments_of = AdaptiveArgs
+    channels_last: bool = static_field(True, kw_only=True)
+
+
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class MaxUnpool(_Layer, UnpoolArgs):
+    """``max_unpool{nd}d`` as a layer with PyTorch's ``nn.MaxUnpool*d``
+    arguments, channels-last by default."""
+
+    channels_last: bool = static_field(True, kw_only=True)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        indices: jax.Array,
+        output_size: Sequence[int] | None = None,
+    ) -> jax.Array:
+        """Unpool ``x`` at ``indices`` into ``output_size`` (default:
+        ``(in - 1) * stride - 2 * padding + kernel_size`` per axis, PyTorch's)."""
+        if output_size is None:
+            name = f"MaxUnpool{self.nd}d"
+            shape = tuple(getattr(x, "shape", ()))
+            output_size = _spec.unpool_output_size(name, self.nd, shape, self)
+        unpool = _UNPOOL[self.nd]
+        return unpool(x, indices, output_size, channels_last=self.channels_last)

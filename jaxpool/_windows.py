@@ -1,25 +1,29 @@
-"""Window maths and layouts: the one place that knows where each window lies.
+"""Window maths and layouts: where each window lies, and the spec that says so.
 
-A validated spec (:class:`PoolSpec`, :class:`AdaptiveSpec`, built by ``_spec``)
-describes its windows axis by axis as :class:`AxisWindows`, which is all the
-forward kernel (``_argmax``) and the per-plane kernels (``_scatter``) need. The
-spatial axes of an array are ``nd`` consecutive axes followed by ``trail``
-trailing ones: ``trail`` is 1 for a channels-last array, 0 otherwise.
+A public function validates its arguments once (``_spec``) into a
+:class:`PoolSpec`: the windows of each spatial axis as :class:`AxisWindows`,
+the layout and the chosen algorithm. That spec travels unchanged to the
+kernels, which need nothing else. The spatial axes of an array are ``nd``
+consecutive axes followed by ``trail`` trailing ones: ``trail`` is 1 for a
+channels-last array, 0 otherwise.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+# Indices are int32: the largest plane, and the largest flat offset into a
+# whole array that the CPU scatter forms (see ``_planes``).
+INT32_MAX = 2**31 - 1
 
 Algorithm = Literal["scatter", "gather"]
-ALGORITHMS = ("scatter", "gather")
+ALGORITHMS: tuple[Algorithm, ...] = ("scatter", "gather")
 
 
 class AxisWindows(NamedTuple):
@@ -94,60 +98,32 @@ class AxisWindows(NamedTuple):
 
 
 class PoolSpec(NamedTuple):
-    """A validated strided max pool; ``padding`` holds a ``(lo, hi)`` pair per
-    axis."""
+    """A validated pool, strided or adaptive, as every kernel receives it.
 
-    in_size: tuple[int, ...]
-    out_size: tuple[int, ...]
-    kernel: tuple[int, ...]
-    stride: tuple[int, ...]
-    padding: tuple[tuple[int, int], ...]
-    dilation: tuple[int, ...]
-    ceil_mode: bool
-    channels_last: bool = False
+    Hashable and static: it is a ``nondiff_argnums`` of the ``custom_vjp`` and a
+    static argument of the jitted kernels.
+    """
+
+    axes: tuple[AxisWindows, ...]
+    channels_last: bool
+    algorithm: Algorithm
 
     @property
-    def axes(self) -> tuple[AxisWindows, ...]:
-        return tuple(
-            AxisWindows(L, o, k, s, -p[0], d)
-            for L, o, k, s, p, d in zip(
-                self.in_size,
-                self.out_size,
-                self.kernel,
-                self.stride,
-                self.padding,
-                self.dilation,
-                strict=True,
-            )
-        )
+    def nd(self) -> int:
+        return len(self.axes)
 
     @property
-    def args(self) -> tuple[Any, ...]:
-        """The arguments that rebuild this spec: ``kernel_size, stride,
-        padding, dilation, ceil_mode, channels_last``."""
-        return (
-            self.kernel,
-            self.stride,
-            self.padding,
-            self.dilation,
-            self.ceil_mode,
-            self.channels_last,
-        )
-
-
-class AdaptiveSpec(NamedTuple):
-    """A validated adaptive max pool from ``in_size`` to ``out_size``."""
-
-    in_size: tuple[int, ...]
-    out_size: tuple[int, ...]
-    channels_last: bool = False
+    def trail(self) -> int:
+        """Trailing non-spatial axes: 1 (the channels) when channels-last."""
+        return int(self.channels_last)
 
     @property
-    def axes(self) -> tuple[AxisWindows, ...]:
-        return tuple(
-            adaptive_axis(L, o)
-            for L, o in zip(self.in_size, self.out_size, strict=True)
-        )
+    def in_size(self) -> tuple[int, ...]:
+        return tuple(w.size for w in self.axes)
+
+    @property
+    def out_size(self) -> tuple[int, ...]:
+        return tuple(w.out for w in self.axes)
 
 
 def pool_output_size(
@@ -225,31 +201,3 @@ def flat_offsets(
         shape[a] = pos.size
         flat = flat + jnp.asarray((pos * stride).astype(np.int32).reshape(shape))
     return flat
-
-
-def under_mesh(arr: jax.Array) -> bool:
-    """Whether a mesh is in context (``jax.set_mesh``) or typed on ``arr``: the
-    kernels then keep the planes separate, so that sharding over the
-    non-spatial axes needs no communication, and read no single element."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return not mesh.empty or not jax.typeof(arr).sharding.mesh.empty
-
-
-def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
-    """Sharding for new arrays that must line up with ``arr``'s plane axes.
-
-    ``arr`` has ``nd`` spatial axes and ``trail`` trailing ones; the new array
-    has the same leading and trailing axes around ``new_nd`` spatial ones.
-    Under a mesh with Explicit axes every array carries its sharding in its
-    type and mixing shardings is an error, so arrays the kernels create (the
-    running max, index tables, zeros) take the non-spatial axes' sharding of
-    ``arr``. ``None`` elsewhere: the partitioner propagates it.
-    """
-    sharding = jax.typeof(arr).sharding
-    mesh = sharding.mesh
-    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
-        return None
-    spec = (*sharding.spec, *(None,) * (arr.ndim - len(sharding.spec)))
-    first, stop = split(arr.ndim, nd, trail)
-    new = (*spec[:first], *(None,) * new_nd, *spec[stop:])
-    return NamedSharding(mesh, PartitionSpec(*new))

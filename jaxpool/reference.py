@@ -1,8 +1,9 @@
 """A NumPy for-loop oracle for every jaxpool op, written for clarity, not speed.
 
-Use it to check your own port: it follows ``SPEC.md`` (PyTorch's CPU kernels)
-line by line and imports nothing from the rest of jaxpool, so it cannot agree
-with a bug there by construction. Loops run over output positions and window
+Use it to check your own port: it follows the semantics page of the docs
+(``docs/semantics.md``: PyTorch's CPU kernels) line by line and imports
+nothing from the rest of jaxpool, so it cannot agree with a bug there by
+construction. Loops run over output positions and window
 taps; every ``(n, c)`` plane is processed at once with NumPy.
 
 Every function takes and returns NumPy arrays, ``(*B, *S)`` with any number of

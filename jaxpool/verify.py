@@ -26,6 +26,7 @@ import numpy as np
 
 import jaxpool
 from jaxpool import reference
+from jaxpool._spec import AdaptiveArgs, PoolArgs
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 # Unit roundoff of each dtype, and of the dtype its gradients accumulate in.
@@ -67,52 +68,61 @@ class Row(NamedTuple):
     passed: bool
 
 
+_WINDOW = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+
+
 def _name(shape: tuple[int, ...], **kw: Any) -> str:
     args = " ".join(f"{k}{v}" for k, v in kw.items() if v not in (None, False))
     return f"{'x'.join(map(str, shape))} {args}".strip()
 
 
-# (shape, kernel, stride, padding, dilation, ceil_mode), per number of axes;
-# the first two of each are the --quick set.
+# (shape, arguments) per number of axes; the first two of each are the --quick
+# set. The arguments are ints, one value for every axis.
 POOLS = {
     1: [
-        ((2, 3, 17), 3, 2, 1, 1, False),
-        ((2, 3, 16), 2, 2, 0, 1, False),
-        ((1, 2, 11), 2, 2, 1, 3, True),
+        ((2, 3, 17), PoolArgs(3, 2, 1)),
+        ((2, 3, 16), PoolArgs(2, 2)),
+        ((1, 2, 11), PoolArgs(2, 2, 1, 3, True)),
     ],
     2: [
-        ((2, 3, 9, 10), 3, 2, 1, 1, False),
-        ((2, 3, 8, 8), 2, 2, 0, 1, False),
-        ((1, 2, 7, 9), 2, 1, 1, 2, True),
+        ((2, 3, 9, 10), PoolArgs(3, 2, 1)),
+        ((2, 3, 8, 8), PoolArgs(2, 2)),
+        ((1, 2, 7, 9), PoolArgs(2, 1, 1, 2, True)),
     ],
     3: [
-        ((2, 3, 8, 9, 10), 3, 2, 1, 1, False),
-        ((1, 2, 7, 7, 7), 3, 1, 1, 1, False),
-        ((1, 2, 5, 6, 7), 2, 2, 1, 1, True),
-        ((2, 2, 2, 2), 2, 1, 1, 3, False),
+        ((2, 3, 8, 9, 10), PoolArgs(3, 2, 1)),
+        ((1, 2, 7, 7, 7), PoolArgs(3, 1, 1)),
+        ((1, 2, 5, 6, 7), PoolArgs(2, 2, 1, 1, True)),
+        ((2, 2, 2, 2), PoolArgs(2, 1, 1, 3)),
     ],
 }
-# (shape, output_size) per number of axes.
 ADAPTIVE = {
-    1: [((2, 3, 10), 4), ((2, 3, 16), 4), ((1, 2, 5), 8)],
-    2: [
-        ((2, 3, 10, 9), (3, 4)),
-        ((2, 3, 16, 16), (4, 4)),
-        ((2, 3, 37, 45), (13, 17)),
-        ((1, 2, 5, 7), (8, 11)),
+    1: [
+        ((2, 3, 10), AdaptiveArgs(4)),
+        ((2, 3, 16), AdaptiveArgs(4)),
+        ((1, 2, 5), AdaptiveArgs(8)),
     ],
-    3: [((1, 2, 5, 7, 6), (3, 4, 4)), ((1, 2, 8, 8, 8), 2)],
+    2: [
+        ((2, 3, 10, 9), AdaptiveArgs((3, 4))),
+        ((2, 3, 16, 16), AdaptiveArgs((4, 4))),
+        ((2, 3, 37, 45), AdaptiveArgs((13, 17))),
+        ((1, 2, 5, 7), AdaptiveArgs((8, 11))),
+    ],
+    3: [
+        ((1, 2, 5, 7, 6), AdaptiveArgs((3, 4, 4))),
+        ((1, 2, 8, 8, 8), AdaptiveArgs(2)),
+    ],
 }
 
 
 def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
     pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
     backward = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
-    for shape, k, s, p, d, ceil in POOLS[nd][: 2 if quick else None]:
-        args = (k, s, p, d, ceil)
-        full = tuple((v,) * nd for v in args[:4])
+    for shape, args in POOLS[nd][: 2 if quick else None]:
+        k, s, p, d, ceil = (getattr(args, a) for a in _WINDOW)
+        kw = vars(args)
 
-        def torch_fn(torch, x, nd=nd, args=args):
+        def torch_fn(torch, x, nd=nd, args=(k, s, p, d, ceil)):
             f = getattr(torch.nn.functional, f"max_pool{nd}d")
             return f(x, *args, return_indices=True)
 
@@ -121,10 +131,10 @@ def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
             _name(shape, k=k, s=s, p=p, d=d, ceil=ceil),
             shape,
             nd,
-            lambda x, pool=pool, args=args: pool(x, *args),
-            lambda g, x, i, b=backward, a=args, **kw: b(g, x, i, *a, **kw),
-            lambda x, f=full, ceil=ceil: reference.max_pool(
-                x, f[0], f[1], f[2], f[3], ceil
+            lambda x, pool=pool, kw=kw: pool(x, **kw),
+            lambda g, x, i, b=backward, kw=kw, **more: b(g, x, i, **{**kw, **more}),
+            lambda x, nd=nd, k=k, s=s, p=p, d=d, ceil=ceil: reference.max_pool(
+                x, (k,) * nd, (s,) * nd, (p,) * nd, (d,) * nd, ceil
             ),
             torch_fn,
         )
@@ -133,8 +143,9 @@ def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
 def _adaptive_cases(nd: int, quick: bool) -> Iterator[Case]:
     pool = getattr(jaxpool, f"adaptive_max_pool{nd}d")
     backward = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
-    for shape, out in ADAPTIVE[nd][: 2 if quick else None]:
-        full = (out,) * nd if isinstance(out, int) else out
+    for shape, args in ADAPTIVE[nd][: 2 if quick else None]:
+        out = args.output_size
+        full = (out,) * nd if isinstance(out, int) else tuple(out)
 
         def torch_fn(torch, x, nd=nd, out=out):
             f = getattr(torch.nn.functional, f"adaptive_max_pool{nd}d")
@@ -145,7 +156,7 @@ def _adaptive_cases(nd: int, quick: bool) -> Iterator[Case]:
             f"{'x'.join(map(str, shape))} -> {'x'.join(map(str, full))}",
             shape,
             nd,
-            lambda x, pool=pool, out=out: pool(x, out),
+            lambda x, pool=pool, args=args: pool(x, **vars(args)),
             backward,
             lambda x, full=full: reference.adaptive_max_pool(x, full),
             torch_fn,
@@ -154,10 +165,11 @@ def _adaptive_cases(nd: int, quick: bool) -> Iterator[Case]:
 
 def _unpool_cases(nd: int, quick: bool) -> Iterator[Case]:
     unpool = getattr(jaxpool, f"max_unpool{nd}d")
-    for shape, k, s, p, _, _ in POOLS[nd][: 2 if quick else None]:
+    for shape, args in POOLS[nd][: 2 if quick else None]:
         if len(shape) != nd + 2:
             continue
         spatial = shape[-nd:]
+        k, s, p = args.kernel_size, args.stride, args.padding
 
         def torch_fn(torch, v, i, nd=nd, k=k, s=s, p=p, spatial=spatial):
             f = getattr(torch.nn.functional, f"max_unpool{nd}d")
@@ -196,19 +208,118 @@ def _input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
     return x.astype(_np_dtype(dtype))
 
 
+class Check(NamedTuple):
+    """One comparison: its name, how far off (mismatches, or the largest
+    absolute error), whether it passed, and where it first failed."""
+
+    name: str
+    error: float
+    passed: bool
+    where: str = ""
+
+
+class Outcome(NamedTuple):
+    """The checks of [`jaxpool.verify.compare`][], and the op's outputs it compared."""
+
+    checks: list[Check]
+    values: Any
+    indices: Any
+    grad: Any
+
+
+def _same(name: str, actual: Any, expected: Any) -> Check:
+    """Bitwise equality of shape, dtype and values (NaN equal to NaN)."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    if a.shape != e.shape or a.dtype != e.dtype:
+        where = f"{a.shape} {a.dtype} != {e.shape} {e.dtype}"
+        return Check(name, max(a.size, e.size, 1), False, where)
+    af, ef = a.astype(np.float64), e.astype(np.float64)
+    differ = ~((af == ef) | (np.isnan(af) & np.isnan(ef)))
+    if not differ.any():
+        return Check(name, 0, True)
+    first = tuple(int(i) for i in np.argwhere(differ)[0])
+    where = f"first at {first}: {a[first]!r} != {e[first]!r}"
+    return Check(name, int(differ.sum()), False, where)
+
+
 def _mismatches(a: Any, b: Any) -> int:
+    """How many values differ (NaN equal to NaN), whatever the dtypes."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape:
         return max(a.size, b.size, 1)
     return int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
 
 
-def _grad_bound(g, indices, spatial, dtype: str, want: np.ndarray) -> np.ndarray:
+def compare(
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    x: np.ndarray,
+    want: tuple[np.ndarray, np.ndarray],
+    g: np.ndarray,
+    nd: int,
+    exact: bool,
+) -> Outcome:
+    """A pool against the oracle: the comparison ``verify`` and the tests share.
+
+    Values and indices (int32) must equal the oracle's ``want`` bit for bit.
+    The gradient through ``jax.vjp`` with cotangent ``g``, the standalone
+    backward op and the deterministic (``"gather"``) backward are compared with
+    a float64 scatter of ``g`` at the oracle's indices: with ``exact``
+    (small-integer cotangents, whose sums are exact in any order) bit for bit
+    once rounded to ``x``'s dtype; otherwise within the bound of accumulating
+    in the accumulation dtype and rounding once.
+
+    Args:
+      forward: ``x -> (values, indices)``.
+      backward: ``(g, x, indices, **kw) -> grad``, taking ``algorithm=``.
+      x: the input, NumPy (float64 runs with x64 enabled).
+      want: the oracle's ``(values, indices)``.
+      g: the cotangent of the values.
+      nd: the number of spatial axes (the trailing ones of ``x``).
+      exact: compare the gradients bit for bit.
+    """
+    x64 = jax.enable_x64(True) if x.dtype == np.float64 else contextlib.nullcontext()
+    with x64:
+        # Eager calls: the ops are jitted inside, so repeated configurations
+        # reuse their programs.
+        (values, indices), vjp = jax.vjp(forward, jnp.asarray(x))
+        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
+        standalone = backward(g, x, indices)
+        gather = backward(g, x, indices, algorithm="gather")
+    want_values, want_indices = want
+    checks = [
+        _same("values == oracle (mismatches)", values, want_values),
+        _same("indices == oracle (mismatches)", indices, want_indices),
+    ]
+    spatial = x.shape[x.ndim - nd :]
+    want_grad = reference.scatter_add(g, want_indices, spatial)
+    bound = _grad_bound(g, want_indices, spatial, x.dtype, want_grad)
+    # Not bitwise against the vjp: on GPU, a scatter-add of overlapping
+    # windows sums in a varying order (the "gather" algorithm does not).
+    for what, result in (
+        ("grad", grad),
+        ("backward op", standalone),
+        ("gather backward", gather),
+    ):
+        if exact:
+            rounded = want_grad.astype(x.dtype)
+            checks.append(
+                _same(f"{what} == float64 scatter (mismatches)", result, rounded)
+            )
+            continue
+        err = np.abs(np.asarray(result, np.float64) - want_grad)
+        check = f"{what} vs float64 scatter (max abs err)"
+        checks.append(Check(check, err.max(initial=0.0), bool((err <= bound).all())))
+    return Outcome(checks, values, indices, grad)
+
+
+def _grad_bound(g, indices, spatial, dtype: Any, want: np.ndarray) -> np.ndarray:
     """Summing n terms in the accumulation dtype, then rounding once, is within
     n * u_acc * sum|g| + u * |sum g| of the exact sum."""
+    name = "bfloat16" if dtype == _np_dtype("bfloat16") else np.dtype(dtype).name
     terms = reference.scatter_add(np.ones(g.shape), indices, spatial)
     magnitude = reference.scatter_add(np.abs(g.astype(np.float64)), indices, spatial)
-    return ACCUMULATE[dtype] * terms * magnitude + ROUNDING[dtype] * np.abs(want)
+    return ACCUMULATE[name] * terms * magnitude + ROUNDING[name] * np.abs(want)
 
 
 def _finite_difference(case: Case, rng: np.random.Generator) -> float:
@@ -249,31 +360,17 @@ def _check(case: Case, dtype: str, rng: np.random.Generator, torch: Any) -> list
 
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
-        (values, indices), vjp = jax.vjp(jax.jit(case.fn), jnp.asarray(x))
-        g = rng.standard_normal(values.shape).astype(x.dtype)
-        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
-        standalone = jax.jit(case.backward)(g, x, indices)
-        gather = jax.jit(partial(case.backward, algorithm="gather"))(g, x, indices)
-    want_values, want_indices = case.oracle(x)
-    n = _mismatches(values, want_values)
-    row("values == oracle (mismatches)", n, n == 0)
-    n = _mismatches(indices, want_indices)
-    row("indices == oracle (mismatches)", n, n == 0 and indices.dtype == np.int32)
+        out_shape = jax.eval_shape(case.fn, x)[0].shape
+    g = rng.standard_normal(out_shape).astype(x.dtype)
+    want = case.oracle(x)
+    outcome = compare(case.fn, case.backward, x, want, g, case.nd, exact=False)
+    for check in outcome.checks:
+        row(check.name, check.error, check.passed)
+    values, indices, grad = outcome.values, outcome.indices, outcome.grad
     spatial = case.shape[-case.nd :]
-    want_grad = reference.scatter_add(g, want_indices, spatial)
-    bound = _grad_bound(g, want_indices, spatial, dtype, want_grad)
-    err = np.abs(np.asarray(grad, np.float64) - want_grad)
-    row(
-        "grad vs float64 scatter (max abs err)",
-        err.max(initial=0.0),
-        bool((err <= bound).all()),
+    bound = _grad_bound(
+        g, want[1], spatial, x.dtype, reference.scatter_add(g, want[1], spatial)
     )
-    # Not bitwise against the vjp: on GPU, a scatter-add of overlapping
-    # windows sums in a varying order (the "gather" algorithm does not).
-    for name, result in (("backward op", standalone), ("gather backward", gather)):
-        err = np.abs(np.asarray(result, np.float64) - want_grad)
-        check = f"{name} vs float64 scatter (max abs err)"
-        row(check, err.max(initial=0.0), bool((err <= bound).all()))
     if dtype == "float64":
         err = _finite_difference(case, rng)
         row("grad vs finite differences (rel err)", err, err < 1e-6)

@@ -236,7 +236,8 @@ def test_adaptive_bad_input(x, exc, pattern):
             np.zeros((2, 3, 2, 2)),
             np.zeros((2, 3, 2, 3), np.int32),
             ValueError,
-            r"`indices` must have the forward output's shape \(2, 3, 2, 2\)",
+            r"`indices` must have `grad_output`'s shape \(2, 3, 2, 2\), "
+            r"got shape \(2, 3, 2, 3\)",
         ),
         (
             np.zeros((2, 3, 2, 2)),
@@ -369,7 +370,7 @@ def _adaptive_cases():
             bname,
             partial(bwd, out, x, jnp.moveaxis(idx, -1, 1)[..., :2], **kw),
             ValueError,
-            r"`indices` must have the forward output's shape",
+            r"`indices` must have `grad_output`'s shape \(2, (2, )+4\), got",
         )
 
 

@@ -4,7 +4,7 @@ On CPU the forward splits a strided minor axis into phases, the scatter runs
 over the whole array flattened, and ``materialize`` keeps XLA from recomputing
 the forward inside the backward. Accelerators, meshes and int32-overflowing
 arrays take the other forms, which these tests also run on CPU, against the
-oracle and against each other.
+oracle and against each other. The platform seam (``_platform``) picks them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from helpers import assert_same, cotangent, make_input, np_dtype, rng_for
 from jax.sharding import AxisType
 
 import jaxpool
-from jaxpool import _argmax, _scatter, reference
+from jaxpool import _planes, _platform, _scan, reference
 from jaxpool._fusion import materialize
-from jaxpool._spec import pool_spec
+from jaxpool._spec import PoolArgs, pool_spec
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "uint8", "bool"])
@@ -44,15 +44,20 @@ def test_materialize_returns_its_input(dtype, first):
 
 
 def test_materialize_is_a_loop_on_cpu_only_without_a_mesh():
-    """On CPU the producer is computed into its own buffer before a ``while``
-    (XLA:CPU drops ``optimization_barrier``); under a mesh nothing is added."""
-    x = jnp.arange(8.0)
-    hlo = jax.jit(lambda x: materialize(x * 2)).lower(x).compile().as_text()
-    assert jax.default_backend() != "cpu" or " while(" in hlo
+    """On CPU the forward's passes are computed into their own buffers before a
+    ``while`` (XLA:CPU drops ``optimization_barrier``); the platform seam adds
+    none under a mesh, nor for an accelerator."""
+    x = jnp.arange(64.0).reshape(1, 1, 8, 8)
+
+    def lowered(platform):
+        f = jax.jit(lambda x: jaxpool.max_pool2d_with_argmax(x, 3, 1)[1])
+        return f.trace(x).lower(lowering_platforms=(platform,)).as_text()
+
+    assert "stablehlo.while" in lowered("cpu")
+    assert "stablehlo.while" not in lowered("cuda")
     mesh = jax.make_mesh((1,), ("n",), axis_types=(AxisType.Explicit,))
     with jax.set_mesh(mesh):
-        hlo = jax.jit(lambda x: materialize(x * 2)).lower(x).compile().as_text()
-    assert " while(" not in hlo
+        assert "stablehlo.while" not in lowered("cpu")
 
 
 def test_train_step_reads_the_forward_once():
@@ -76,10 +81,14 @@ def _case(name, config, kind, shape):
     """Input, spec and oracle ``(values, indices)`` of a 3-D pool config
     ``(kernel, stride, padding, dilation, ceil_mode)``."""
     x = make_input(rng_for(name, str(config), kind), shape, "float32", kind)
-    spec = pool_spec("f", x.shape, 3, *config, False)
-    want = reference.max_pool(
-        x, spec.kernel, spec.stride, spec.padding, spec.dilation, spec.ceil_mode
-    )
+    spec = pool_spec("f", 3, x.shape, PoolArgs(*config))
+    axes = spec.axes
+    kernel = tuple(w.taps for w in axes)
+    stride = tuple(w.stride for w in axes)
+    dilation = tuple(w.dilation for w in axes)
+    padding = tuple(-w.offset for w in axes)  # the configs pad symmetrically
+    ceil_mode = config[4]
+    want = reference.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
     return x, spec, want
 
 
@@ -99,10 +108,11 @@ def test_phased_and_plain_scans_equal_the_oracle(config, kind):
     """The CPU scan (phases) and the accelerators' scan (strided taps), both
     run here on CPU, give the oracle's values and indices."""
     x, spec, want = _case("phased", config, kind, (2, 3, 9, 8, 11))
-    assert _argmax._phased(spec.axes, 0)
+    assert _scan.splits_phases(spec.axes, 0)
     for phased in (True, False):
+        form = _scan.ScanForm(materialize=phased, phases=phased, read_back=True)
         values, indices = jax.jit(
-            lambda x, p=phased: _argmax._scan(x, spec.axes, 0, phased=p)
+            lambda x, form=form: _scan.window_argmax(x, spec, form)
         )(x)
         assert_same(indices, want[1], f"indices, phased={phased}")
         assert_same(values, want[0], f"values, phased={phased}")
@@ -121,7 +131,7 @@ STAGED = [
 @pytest.mark.parametrize("config", STAGED, ids=str)
 def test_axis_passes_keep_the_scan_order(config, kind):
     x, spec, want = _case("staged", config, kind, (1, 3, 11, 9, 10))
-    assert len(_argmax._stages(spec.axes)) == 3
+    assert len(_scan.stages(spec.axes)) == 3
     values, indices = jaxpool.max_pool3d_with_argmax(x, *config)
     assert_same(indices, want[1], "indices")
     assert_same(values, want[0], "values")
@@ -170,14 +180,14 @@ def test_flat_and_batched_scatters_equal_the_oracle(
         return grad, jaxpool.max_unpool2d(g, i, (5, 6), channels_last=channels_last)
 
     traced = []  # which form each trace builds (the ops are jitted and cached)
-    offsets = _scatter._global_offsets
+    offsets = _planes._global_offsets
     monkeypatch.setattr(
-        _scatter, "_global_offsets", lambda *a: traced.append(1) or offsets(*a)
+        _planes, "_global_offsets", lambda *a: traced.append(1) or offsets(*a)
     )
     flat = ops(g, indices)
     assert traced, "the flat form was not built"
     traced.clear()
-    monkeypatch.setattr(_scatter, "FLAT_LIMIT", 0)
+    monkeypatch.setattr(_platform, "INT32_MAX", 0)
     jax.clear_caches()
     batched = jax.jit(ops.__wrapped__)(g, indices)
     assert not traced, "the batched run built the flat form"
@@ -186,9 +196,30 @@ def test_flat_and_batched_scatters_equal_the_oracle(
         assert_same(got[1], want[1], f"{path} unpool")
 
 
-def test_flat_form_is_chosen_only_below_the_limit(monkeypatch):
-    monkeypatch.setattr(_scatter, "FLAT_LIMIT", 64)
-    small = jnp.zeros((2, 2, 4, 4), jnp.int32)
-    assert _scatter._flat(small, (2, 2, 3, 3))  # 36 elements
-    assert not _scatter._flat(small, (2, 2, 4, 4))  # 64
-    assert not _scatter._flat(small, (0, 2, 4, 4))  # empty
+def test_flat_form_is_chosen_only_below_the_limit(monkeypatch, retrace):
+    """The seam picks the flat scatter only while every offset into the whole
+    array, and the out-of-bounds one, fits int32 (here lowered to 64)."""
+    monkeypatch.setattr(_platform, "INT32_MAX", 64)
+    built = []
+    scatter = _planes.scatter
+    monkeypatch.setattr(
+        _planes,
+        "scatter",
+        lambda *a, **kw: built.append(kw["flat"]) or scatter(*a, **kw),
+    )
+
+    def forms(shape):
+        built.clear()
+        g = jnp.zeros((*shape[:2], shape[2] - 1, shape[3] - 1))
+        x = jax.ShapeDtypeStruct(shape, jnp.float32)
+        jax.eval_shape(
+            lambda g: jaxpool.max_pool2d_with_argmax_backward(
+                g, x, g.astype(jnp.int32), 2, 1
+            ),
+            g,
+        )
+        return set(built)
+
+    assert forms((2, 2, 3, 3)) == {True, False}  # 36 elements: flat on CPU
+    assert forms((2, 2, 4, 4)) == {False}  # 64
+    assert forms((0, 2, 3, 3)) == {False}  # empty

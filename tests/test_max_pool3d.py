@@ -107,7 +107,7 @@ def test_multi_pass_plans_match_oracle(monkeypatch, retrace, name, kind):
     # may group axes in any way and in any order (a later pass compares
     # positions). Force a plan per input kind on every config so that
     # multi-pass plans meet every rule.
-    from jaxpool import _argmax
+    from jaxpool import _scan
 
     plan = {
         "random": [(2,), (1,), (0,)],
@@ -115,7 +115,7 @@ def test_multi_pass_plans_match_oracle(monkeypatch, retrace, name, kind):
         "ties": [(0,), (1, 2)],
         "inf": [(1, 2), (0,)],
     }[kind]
-    monkeypatch.setattr(_argmax, "_stages", lambda axes: plan)
+    monkeypatch.setattr(_scan, "stages", lambda axes: plan)
     shape, kwargs = CONFIGS[name]
     dtype = "bfloat16" if kind == "nan" else "float32"
     rng = rng_for("two-pass", name, kind)
@@ -294,7 +294,8 @@ def test_vjp_residuals_are_the_indices_only():
 
 @pytest.mark.parametrize("index_ct", ["float0", "int32"])
 def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
-    from jaxpool._max_pool import _pool
+    from jaxpool._core import _pool
+    from jaxpool._spec import PoolArgs, pool_spec
 
     x = jnp.asarray(
         make_input(np.random.default_rng(3), (1, 1, 4, 4, 4), "float32", "random")
@@ -304,7 +305,7 @@ def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
         indices.shape, jax.dtypes.float0 if index_ct == "float0" else np.int32
     )
     (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
-    spec = jaxpool._spec.pool_spec("t", x.shape, 3, 2, None, 0, 1, False, False)
-    (grad,) = _pool.bwd(spec, "scatter", indices, (jnp.ones_like(values), ct))
+    spec = pool_spec("t", 3, x.shape, PoolArgs(2))
+    (grad,) = _pool.bwd(spec, indices, (jnp.ones_like(values), ct))
     assert_same(grad, want)
     assert float(grad.sum()) == values.size

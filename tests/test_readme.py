@@ -1,52 +1,88 @@
-"""The README's Python examples run as written."""
+"""The README's and the docs' Python examples run as written, and do what
+their text says.
+
+Every ```python block runs on its own (each imports what it uses); a block
+that imports an optional dependency needs it. Blocks are found by what they
+are, not where they stand: each expectation below applies to whichever block
+defines its name, and every expectation must meet a block.
+"""
 
 import re
 from pathlib import Path
 
+import jax
+import numpy as np
+import pytest
 from helpers import require
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-# Blocks that use an optional dependency, by what they import.
-OPTIONAL = {
-    "from flax": "flax",
-    "from jaxpool import linen": "flax",
-    "jpeqx": "equinox",
-}
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+OPTIONAL = {"flax": "flax", "equinox": "equinox", "torch": "torch"}
 
 
-def _blocks():
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def _blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
 
 
 def _needs(block: str) -> set[str]:
-    return {dep for marker, dep in OPTIONAL.items() if marker in block}
+    """The optional packages a block imports (``jaxpool.nnx`` needs flax)."""
+    imported = set(re.findall(r"^\s*(?:from|import)\s+([\w.]+)", block, re.M))
+    layers = {"jaxpool.nnx": "flax", "jaxpool.linen": "flax", "jaxpool.eqx": "equinox"}
+    needs = {OPTIONAL[m.split(".")[0]] for m in imported if m.split(".")[0] in OPTIONAL}
+    for module, dep in layers.items():
+        if re.search(rf"from jaxpool import {module.split('.')[1]}\b", block):
+            needs.add(dep)
+    return needs
 
 
-def test_readme_python_blocks_run():
-    blocks = _blocks()
-    assert blocks
-    namespace: dict = {}
-    for block in blocks:
-        if not _needs(block):
-            exec(compile(block, str(README), "exec"), namespace)
-    assert namespace["grad_input"].shape == namespace["x"].shape
-    assert namespace["restored"].shape == namespace["x"].shape
-    assert namespace["grad_images"].shape == namespace["images"].shape
-    assert namespace["v"].shape == (8, 25, 25, 64)
-    assert namespace["grad_xs"].sharding.spec[:2] == ("n", "c")
-    assert "holds 16 at position [0 0 1 1]" in namespace["err"].get()
+# name defined by a block -> what must hold in that block's namespace
+EXPECTATIONS = {
+    "grad_input": lambda ns: ns["grad_input"].shape == ns["x"].shape,
+    "values": lambda ns: (
+        ns["values"].shape[:2] == ns["x"].shape[:2] and ns["indices"].dtype == np.int32
+    ),
+    "grad_images": lambda ns: (
+        ns["grad_images"].shape == ns["images"].shape
+        and ns["pooled"].shape == (8, 64, 7, 7)
+        and ns["pooled_w"].shape == (8, 64, 50, 13)
+    ),
+    "restored": lambda ns: (
+        ns["restored"].shape == ns["features"].shape
+        and float(ns["restored"].max()) == float(ns["features"].max())
+    ),
+    "grads": lambda ns: ns["grads"]["conv"]["kernel"].shape == (3, 3, 3, 1, 8),
+    "batch": lambda ns: ns["batch"].shape == (4, 3, 8, 8, 8),
+    "head": lambda ns: ns["pooled"].shape == (4, 2, 2, 16),
+    "message": lambda ns: "holds 16 at position [0 0 1 1]" in ns["message"],
+    "grad_xs": lambda ns: ns["grad_xs"].sharding.spec[:2] == ("n", "c"),
+    "values_dot": lambda ns: ns["values_dot"].shape == ns["values"].shape,
+}
+
+CASES = [
+    (path, k, block) for path in DOCUMENTS for k, block in enumerate(_blocks(path))
+]
 
 
-def test_readme_layer_blocks_run():
-    blocks = _blocks()
-    optional = [b for b in blocks if _needs(b)]
-    assert len(optional) == 3  # NNX, Linen, Equinox
-    for dep in set().union(*map(_needs, optional)):
+def test_every_document_has_examples_and_every_expectation_a_block():
+    assert _blocks(ROOT / "README.md")
+    defined = set()
+    for _, _, block in CASES:
+        defined |= set(re.findall(r"^\s*(\w+)\s*(?:,\s*\w+\s*)*=(?!=)", block, re.M))
+        defined |= set(re.findall(r"^\s*\w+\s*,\s*(\w+)\s*=(?!=)", block, re.M))
+    assert set(EXPECTATIONS) <= defined, set(EXPECTATIONS) - defined
+
+
+@pytest.mark.parametrize(
+    "path, k, block",
+    CASES,
+    ids=[f"{path.relative_to(ROOT)}-{k}" for path, k, _ in CASES],
+)
+def test_python_block_runs(path, k, block):
+    for dep in _needs(block):
         require(dep)
     namespace: dict = {}
-    exec(compile(blocks[0], str(README), "exec"), namespace)  # the imports
-    for block in optional:
-        exec(compile(block, str(README), "exec"), namespace)
-    assert namespace["grads"]["conv"]["kernel"].shape == (3, 3, 3, 1, 8)
-    assert namespace["pooled"].shape == (4, 2, 2, 16)
-    assert namespace["batch"].shape == (4, 3, 8, 8, 8)
+    exec(compile(block, f"{path}[{k}]", "exec"), namespace)
+    jax.block_until_ready([v for v in namespace.values() if isinstance(v, jax.Array)])
+    for name, holds in EXPECTATIONS.items():
+        if name in namespace:
+            assert holds(namespace), f"{name} in {path.name} block {k}"

@@ -62,8 +62,9 @@ def compare(torch, forward, torch_forward, backward, x, nd, rng, dtype):
     tv, ti = torch_forward(xt)
     g = rng.standard_normal(tv.shape).astype(np_dtype(dtype))
     # torch's CPU backward does not bounds-check: an out-of-plane index writes
-    # into the next plane (or past the buffer). We drop it (SPEC.md), so compare
-    # such gradients with the oracle only, and never run torch's backward there.
+    # into the next plane (or past the buffer). We drop it (docs/semantics.md),
+    # so compare such gradients with the oracle only, and never run torch's
+    # backward there.
     spatial = x.shape[x.ndim - nd :]
     in_plane = bool((ti < np.prod(spatial)).all())
     if in_plane:

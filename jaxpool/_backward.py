@@ -1,0 +1,140 @@
+"""The deterministic XLA backward: a fixed-order sum over covering windows.
+
+For every input element, in a fixed order, add the gradient of each window
+that covers it and chose it: no scatter in the program, so the same bits on
+every run and backend (XLA's scatter-add on GPU uses atomics). Where windows
+are disjoint this is an elementwise select (each window's gradient broadcast
+over its positions); elsewhere one gather per covering window.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._planes import _flatten, accumulation_dtype
+from ._windows import AxisWindows, PoolSpec, flat_offsets, split
+
+
+def gather_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any = None,
+) -> jax.Array:
+    """Deterministic backward: for each input element, in a fixed order, add the
+    gradient of every window that covers it and chose it.
+
+    Windows are visited in increasing index order along each axis (at most
+    ``ceil(span / stride)`` per axis), each a gather of one window per input
+    element; no scatter. An index counts only inside its own window's span:
+    true of every index the forward returns, while any other index (outside
+    its window, outside the plane, negative) contributes nothing.
+
+    Args:
+      grad_output: ``(*B, *O, *T)`` gradients of the pooled values.
+      indices: ``(*B, *O, *T)`` integer flat offsets into each ``S`` plane.
+      x: shape ``(*B, *S, *T)`` and dtype of the result.
+      spec: the pool.
+      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+
+    Returns:
+      ``(*B, *S, *T)`` gradient in ``x.dtype``, accumulated in
+      :func:`accumulation_dtype`.
+    """
+    axes, nd, trail = spec.axes, spec.nd, spec.trail
+    batch, _ = split(grad_output.ndim, nd, trail)
+    acc = accumulation_dtype(x.dtype)
+    grads = grad_output.astype(acc)
+    index_dtype = jnp.promote_types(indices.dtype, jnp.int32)
+    indices = indices.astype(index_dtype)
+    here = flat_offsets([np.arange(n) for n in spec.in_size], spec.in_size, trail)
+    here = here.astype(index_dtype)
+    here = jnp.broadcast_to(here, x.shape, out_sharding=sharding)
+    tables = [w.covering() for w in axes]
+    total = jnp.zeros(x.shape, acc, out_sharding=sharding)
+    for slots in itertools.product(*(range(len(t)) for t in tables)):
+        g, i = grads, indices
+        for a, (w, table, m) in enumerate(zip(axes, tables, slots, strict=True)):
+            g = _spread(g, batch + a, w, table[m], 0)
+            i = _spread(i, batch + a, w, table[m], -1)
+        total = total + jnp.where(i == here, g, jnp.zeros((), acc))
+    table = _alias_table(axes)
+    if table is not None:  # windows with no in-bounds tap whose index aliases
+        flat_g, flat_i = _flatten(grads, nd, trail), _flatten(indices, nd, trail)
+        for row in table:
+            g = jnp.take(flat_g, row, axis=batch, mode="fill", fill_value=0)
+            i = jnp.take(flat_i, row, axis=batch, mode="fill", fill_value=-1)
+            g, i = g.reshape(x.shape), i.reshape(x.shape)
+            total = total + jnp.where(i == here, g, jnp.zeros((), acc))
+    return total.astype(x.dtype)
+
+
+def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
+    """``(slots, P)``: for each plane position, the flat output indices of the
+    windows with no in-bounds tap whose index (the first non-negative tap, out
+    of bounds along some axis) still lands on it, in increasing order; ``Q``
+    (no such window) elsewhere. ``None`` when no index lands in the plane.
+
+    Such a window takes its index from the position rule alone, so it may lie
+    outside the window's own span, where the covering windows do not look
+    (targets inside the span are theirs).
+    """
+    empty = [w.empty() for w in axes]
+    if not any(e.any() for e in empty):
+        return None
+    in_size = tuple(w.size for w in axes)
+    starts = [w.positions(0) + w.first_tap() * w.dilation for w in axes]
+    grids = np.meshgrid(*starts, indexing="ij")
+    targets = sum(g * math.prod(in_size[a + 1 :]) for a, g in enumerate(grids))
+    hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
+    plane = math.prod(in_size)
+    landed = hollow & (targets < plane)
+    # Targets inside the window's span are found by the covering windows.
+    coords = np.unravel_index(np.where(landed, targets, 0), in_size)
+    spans = [np.meshgrid(*(w.span()[k] for w in axes), indexing="ij") for k in (0, 1)]
+    inside = np.logical_and.reduce(
+        [(lo <= c) & (c < hi) for c, lo, hi in zip(coords, *spans, strict=True)]
+    )
+    windows = np.flatnonzero(landed & ~inside)
+    if windows.size == 0:
+        return None
+    hits = np.asarray(targets).ravel()[windows]
+    slots = int(np.bincount(hits).max())
+    table = np.full((slots, plane), hollow.size, np.int64)
+    for w, t in zip(windows, hits, strict=True):  # windows ascend: a fixed order
+        table[np.argmax(table[:, t] == hollow.size), t] = w
+    return table
+
+
+def _spread(
+    arr: jax.Array, axis: int, w: AxisWindows, window: np.ndarray, fill: int
+) -> jax.Array:
+    """``arr[..., window[p], ...]`` for each input position ``p`` along ``axis``,
+    ``fill`` where ``window[p] == w.out`` (no such window).
+
+    Disjoint regular windows need no gather: each output repeated ``stride``
+    times and shifted into place is an elementwise (fusible) broadcast.
+    """
+    fill_value = jnp.array(fill, arr.dtype)
+    if not w.disjoint:
+        return jnp.take(arr, window, axis=axis, mode="fill", fill_value=fill)
+    shape = list(arr.shape)
+    tiled = [*shape[: axis + 1], w.stride, *shape[axis + 1 :]]
+    repeated = jnp.broadcast_to(jnp.expand_dims(arr, axis + 1), tiled)
+    repeated = repeated.reshape([*shape[:axis], w.out * w.stride, *shape[axis + 1 :]])
+    low = w.offset  # input position of the first repeated element
+    config = [(0, 0, 0)] * arr.ndim
+    config[axis] = (low, w.size - (low + w.out * w.stride), 0)
+    spread = lax.pad(repeated, fill_value, config)
+    mask_shape = [1] * len(shape)
+    mask_shape[axis] = w.size
+    covered = jnp.asarray((window < w.out).reshape(mask_shape))
+    return jnp.where(covered, spread, fill_value)

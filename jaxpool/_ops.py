@@ -1,0 +1,800 @@
+"""The public functions: max pooling with argmax, adaptive max pooling, max
+unpooling, and the backward ops, in 1, 2 and 3 spatial dimensions.
+
+Each gathers its arguments into their shared definition (``_spec.PoolArgs``,
+``AdaptiveArgs``), validates them once into a spec and calls ``_core``: the
+bodies are a few lines, the docstrings the user's documentation. The 1-D, 2-D
+and 3-D variants keep explicit signatures (for IDEs, type checkers, ``help()``
+and the API reference) over one N-d implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.typing import ArrayLike
+
+from . import _core, _spec
+from ._spec import AdaptiveArgs, IntOrSeq, OutputSize, Padding, PoolArgs
+from ._windows import Algorithm, with_spatial
+
+
+def _forward(nd: int, x: ArrayLike, args: PoolArgs) -> tuple[jax.Array, jax.Array]:
+    name = f"max_pool{nd}d_with_argmax"
+    x = _spec.float_array(name, "x", x)
+    return _core.pool(name, x, _spec.pool_spec(name, nd, x.shape, args))
+
+
+def _backward(
+    nd: int, grad_output: Any, x: Any, indices: Any, args: PoolArgs, check: Any
+) -> jax.Array:
+    name = f"max_pool{nd}d_with_argmax_backward"
+    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    spec = _spec.pool_backward_spec(name, nd, args, grad_output, x, indices)
+    return _core.backward(name, grad_output, indices, x, spec, check)
+
+
+def _max_unpool(
+    nd: int,
+    x: ArrayLike,
+    indices: ArrayLike,
+    output_size: Any,
+    channels_last: Any,
+    check_indices: Any,
+) -> jax.Array:
+    name = f"max_unpool{nd}d"
+    x = _spec.float_array(name, "x", x)
+    indices = _spec.int_array(name, "indices", indices)
+    cl = _spec.static_bool(name, "channels_last", channels_last)
+    _spec.spatial_sizes(name, x.shape, nd, cl)
+    _spec.check_shapes(name, x.shape, nd, cl, indices=indices)
+    sizes = _spec.unpool_sizes(name, nd, x.shape, output_size, cl)
+    out = jax.ShapeDtypeStruct(with_spatial(x.shape, nd, int(cl), sizes), x.dtype)
+    return _core.unpool(name, x, indices, out, nd, int(cl), check_indices)
+
+
+def max_pool3d_with_argmax(
+    x: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """3-D max pooling that also returns the argmax of every window.
+
+    Equal to PyTorch's ``max_pool3d(..., return_indices=True)``, values and
+    indices, bit for bit. Differentiable: the gradient is
+    [`jaxpool.max_pool3d_with_argmax_backward`][] (a scatter-add to the argmax).
+
+    Shapes: ``N`` batch, ``C`` channels, ``D, H, W`` input, ``oD, oH, oW``
+    output, where per axis, with ``eff = dilation * (kernel_size - 1) + 1`` and
+    padding ``(lo, hi)``::
+
+        out = floor((L + lo + hi - eff) / stride) + 1   # ceil with ceil_mode
+        # with ceil_mode, a last window starting in the right padding is dropped
+
+    Window argument forms: an int, or a sequence of 1 or 3 ints (order D, H, W).
+    They fix the output shape, so they must be static Python ints under
+    ``jax.jit`` (close over them or mark them static).
+
+    Args:
+      x: ``(N, C, D, H, W)`` or ``(C, D, H, W)``; ``(N, D, H, W, C)`` or
+        ``(D, H, W, C)`` with ``channels_last``. float16, bfloat16, float32 or
+        float64.
+      kernel_size: window size, every value > 0.
+      stride: step between windows, every value > 0; ``None`` or ``()`` means
+        ``kernel_size``.
+      padding: implicit ``-inf`` padding, never chosen. An int ``p`` (or one
+        per axis) pads ``p`` on both sides, ``0 <= p <= kernel_size // 2``
+        (PyTorch's rule). Flax's forms: ``"VALID"`` (none), ``"SAME"``
+        (``ceil(L / stride)`` outputs, as ``lax.reduce_window``), or a
+        ``(lo, hi)`` pair per axis, each side ``<= dilation * (kernel_size -
+        1)``.
+      dilation: spacing between a window's taps, every value > 0.
+      ceil_mode: round the output size up instead of down.
+      channels_last: ``x`` (and the outputs) keep channels in the last axis.
+      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
+        ``"gather"`` (deterministic); see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oD, oH, oW)`` (``(C, oD, oH, oW)`` for
+      4-D ``x``; channels last with ``channels_last``). ``values`` has
+      ``x.dtype``; ``indices`` is int32, the flat offset ``d * H * W + h * W +
+      w`` of the chosen element inside its own unpadded ``(n, c)`` plane, in
+      either layout. Ties keep the first maximum in ``(d, h, w)`` order; a
+      window holding NaN gives NaN at its last NaN; a window of only ``-inf``
+      gives ``-inf`` at its first in-bounds tap; a window with no in-bounds tap
+      (dilation) gives ``-inf`` at its first non-negative tap's flat offset,
+      PyTorch's index, which may lie outside the plane.
+
+    Raises:
+      TypeError: ``x`` is not floating, or a window argument is not an int
+        (a traced value included).
+      ValueError: wrong rank, bad argument lengths or values, or an output size
+        below 1.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(8.0).reshape(1, 1, 2, 2, 2)
+      >>> values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+      >>> values.ravel().tolist(), indices.ravel().tolist()
+      ([7.0], [7])
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _forward(3, x, args)
+
+
+def max_pool3d_with_argmax_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.max_pool3d_with_argmax`][] with respect to ``x``.
+
+    Zeros shaped like ``x``, then ``grad_input[n, c].flat[indices[n, c, ...]] +=
+    grad_output[n, c, ...]``: gradients of every window that chose an element are
+    summed. Only ``indices`` decides where gradients go (any index inside the
+    plane is honoured); the window arguments check the shapes. An index outside
+    ``[0, D * H * W)``, negative ones included, is dropped: it never wraps and
+    never reaches another plane. float16/bfloat16 accumulate in float32 and round
+    once. Plain JAX (a scatter-add), so itself differentiable: its VJP is a
+    gather at ``indices``.
+
+    Args:
+      grad_output: ``(N, C, oD, oH, oW)`` (or ``(C, oD, oH, oW)``; channels last
+        with ``channels_last``) cotangent of the pooled values.
+      x: the forward input, or a ``jax.ShapeDtypeStruct``: only its shape
+        ``(N, C, D, H, W)`` / ``(C, D, H, W)`` and floating dtype are used.
+      indices: the forward's indices, same shape as ``grad_output``, any integer
+        dtype (int64 from PyTorch too).
+      kernel_size: as in the forward.
+      stride: as in the forward.
+      padding: as in the forward.
+      dilation: as in the forward.
+      ceil_mode: as in the forward.
+      channels_last: as in the forward; the result has ``x``'s layout.
+      algorithm: ``"scatter"`` (default): a scatter-add, fastest; on GPU its
+        atomics sum overlapping windows in a varying order, so results may
+        differ in the last bits between runs. ``"gather"``: for each input
+        element, the gradients of the windows that cover it and chose it, added
+        in a fixed order: bitwise reproducible on every backend, no scatter.
+        It assumes each index lies inside its own window (true of the forward's
+        indices); any other index contributes nothing.
+      check_indices: also check that every index lies in ``[0, D * H * W)``,
+        with ``jax.experimental.checkify``: wrap the caller in
+        ``checkify.checkify`` (``jit`` inside or out) and throw the error it
+        returns; it names the first bad index and its position. (The forward
+        itself returns such an index for a window with no in-bounds tap.)
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+
+    Raises:
+      TypeError: ``x``/``grad_output`` not floating, ``indices`` not integer, or
+        a window argument not an int.
+      ValueError: bad arguments (as in the forward), or ``grad_output`` /
+        ``indices`` not of the forward output's shape.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(8.0).reshape(1, 1, 2, 2, 2)
+      >>> values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+      >>> g = jaxpool.max_pool3d_with_argmax_backward(
+      ...     jnp.ones_like(values), x, indices, 2)
+      >>> g.ravel().tolist()
+      [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _backward(3, grad_output, x, indices, args, check_indices)
+
+
+def max_pool2d_with_argmax(
+    x: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """2-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over
+    ``(H, W)``.
+
+    Equal to PyTorch's ``max_pool2d(..., return_indices=True)``, bit for bit;
+    the same rules, argument forms (window arguments: an int or 1 or 2 ints,
+    order H, W) and errors as the 3-D op.
+
+    Args:
+      x: ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` or ``(H, W, C)``
+        with ``channels_last``); a floating dtype.
+      kernel_size: window size.
+      stride: step between windows (``None``: ``kernel_size``).
+      padding: an int per axis (``<= kernel_size // 2``), ``"SAME"``,
+        ``"VALID"`` or ``(lo, hi)`` pairs.
+      dilation: spacing between taps.
+      ceil_mode: round the output size up.
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oH, oW)`` in ``x``'s layout; indices
+      int32 ``h * W + w`` inside each plane.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.array([[[1.0, 5.0], [7.0, 2.0]]])
+      >>> values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
+      >>> values.tolist(), indices.tolist()
+      ([[[7.0]]], [[[2]]])
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _forward(2, x, args)
+
+
+def max_pool2d_with_argmax_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.max_pool2d_with_argmax`][]; see
+    [`jaxpool.max_pool3d_with_argmax_backward`][] for the rules.
+
+    Args:
+      grad_output: ``(N, C, oH, oW)`` (or ``(C, oH, oW)``), in ``x``'s layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      kernel_size: as in the forward.
+      stride: as in the forward.
+      padding: as in the forward.
+      dilation: as in the forward.
+      ceil_mode: as in the forward.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _backward(2, grad_output, x, indices, args, check_indices)
+
+
+def max_pool1d_with_argmax(
+    x: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """1-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over ``L``.
+
+    Equal to PyTorch's ``max_pool1d(..., return_indices=True)``, bit for bit.
+
+    Args:
+      x: ``(N, C, L)`` or ``(C, L)`` (``(N, L, C)`` or ``(L, C)`` with
+        ``channels_last``); a floating dtype.
+      kernel_size: window size.
+      stride: step between windows (``None``: ``kernel_size``).
+      padding: an int (``<= kernel_size // 2``), ``"SAME"``, ``"VALID"`` or
+        ``[(lo, hi)]``.
+      dilation: spacing between taps.
+      ceil_mode: round the output size up.
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout; indices
+      int32 positions along ``L``.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> values, indices = jaxpool.max_pool1d_with_argmax(
+      ...     jnp.array([[3.0, 1.0, 4.0, 1.0, 5.0]]), 2)
+      >>> values.tolist(), indices.tolist()
+      ([[3.0, 4.0]], [[0, 2]])
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _forward(1, x, args)
+
+
+def max_pool1d_with_argmax_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: Padding = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.max_pool1d_with_argmax`][]; see
+    [`jaxpool.max_pool3d_with_argmax_backward`][] for the rules.
+
+    Args:
+      grad_output: ``(N, C, oL)`` (or ``(C, oL)``), in ``x``'s layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      kernel_size: as in the forward.
+      stride: as in the forward.
+      padding: as in the forward.
+      dilation: as in the forward.
+      ceil_mode: as in the forward.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    args = PoolArgs(
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        channels_last=channels_last,
+        algorithm=algorithm,
+    )
+    return _backward(1, grad_output, x, indices, args, check_indices)
+
+
+def max_unpool3d(
+    x: ArrayLike,
+    indices: ArrayLike,
+    output_size: Sequence[int],
+    *,
+    channels_last: bool = False,
+    check_indices: bool = False,
+) -> jax.Array:
+    """Partial inverse of [`jaxpool.max_pool3d_with_argmax`][]: each value back at its
+    index, zeros elsewhere.
+
+    Equal to PyTorch's ``max_unpool3d(x, indices, ..., output_size)``. Indices
+    are flat offsets ``d * H * W + h * W + w`` into each output plane (what the
+    pool returns, in either layout). An index outside the plane is dropped: it
+    never wraps and never writes into another plane (PyTorch raises instead).
+    Equal indices within a plane (overlapping windows that chose the same
+    element) carry the same value, so it does not matter which lands; for
+    unequal values it is unspecified. Differentiable: the gradient with respect
+    to ``x`` is the output cotangent gathered at ``indices`` (zero where an
+    index was dropped), PyTorch's rule: every copy of an equal index gets the
+    gradient of the element it lands on.
+
+    Args:
+      x: pooled values ``(N, C, oD, oH, oW)`` or ``(C, oD, oH, oW)``
+        (``(N, oD, oH, oW, C)`` / ``(oD, oH, oW, C)`` with ``channels_last``);
+        a floating dtype.
+      indices: integer, same shape as ``x``.
+      output_size: the spatial size ``(D, H, W)`` of the result, static ints
+        >= 1; or a whole shape with ``x.ndim`` entries (PyTorch's form), whose
+        spatial entries are used.
+      channels_last: channels in the last axis of ``x``, ``indices`` and the
+        result.
+      check_indices: also check that every index lies inside its plane, with
+        ``jax.experimental.checkify``: wrap the caller in ``checkify.checkify``
+        (``jit`` inside or out) and throw the error it returns; it names the
+        first bad index and its position.
+
+    Returns:
+      ``(N, C, D, H, W)`` (or ``(C, D, H, W)``) in ``x``'s dtype and layout.
+
+    Raises:
+      TypeError: ``x`` not floating, ``indices`` not integer, ``output_size``
+        not made of static ints.
+      ValueError: wrong rank, ``indices`` not shaped like ``x``, or a bad
+        ``output_size``.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(8.0).reshape(1, 1, 2, 2, 2)
+      >>> values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
+      >>> jaxpool.max_unpool3d(values, indices, (2, 2, 2)).ravel().tolist()
+      [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]
+    """
+    return _max_unpool(3, x, indices, output_size, channels_last, check_indices)
+
+
+def max_unpool2d(
+    x: ArrayLike,
+    indices: ArrayLike,
+    output_size: Sequence[int],
+    *,
+    channels_last: bool = False,
+    check_indices: bool = False,
+) -> jax.Array:
+    """Partial inverse of [`jaxpool.max_pool2d_with_argmax`][]; see
+    [`jaxpool.max_unpool3d`][].
+
+    Equal to PyTorch's ``max_unpool2d(x, indices, ..., output_size)``.
+
+    Args:
+      x: pooled values ``(N, C, oH, oW)`` or ``(C, oH, oW)`` (channels last
+        with ``channels_last``); a floating dtype.
+      indices: integer ``h * W + w`` offsets, same shape as ``x``.
+      output_size: ``(H, W)``, or a whole shape with ``x.ndim`` entries.
+      channels_last: channels in the last axis.
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_unpool3d`][].
+
+    Returns:
+      ``(N, C, H, W)`` (or ``(C, H, W)``) in ``x``'s dtype and layout.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.array([[[1.0, 5.0], [7.0, 2.0]]])
+      >>> values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
+      >>> jaxpool.max_unpool2d(values, indices, (2, 2)).tolist()
+      [[[0.0, 0.0], [7.0, 0.0]]]
+    """
+    return _max_unpool(2, x, indices, output_size, channels_last, check_indices)
+
+
+def max_unpool1d(
+    x: ArrayLike,
+    indices: ArrayLike,
+    output_size: Sequence[int],
+    *,
+    channels_last: bool = False,
+    check_indices: bool = False,
+) -> jax.Array:
+    """Partial inverse of [`jaxpool.max_pool1d_with_argmax`][]; see
+    [`jaxpool.max_unpool3d`][].
+
+    Args:
+      x: pooled values ``(N, C, oL)`` or ``(C, oL)`` (channels last with
+        ``channels_last``); a floating dtype.
+      indices: integer positions, same shape as ``x``.
+      output_size: ``(L,)``, or a whole shape with ``x.ndim`` entries.
+      channels_last: channels in the last axis.
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_unpool3d`][].
+
+    Returns:
+      ``(N, C, L)`` (or ``(C, L)``) in ``x``'s dtype and layout.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.array([[3.0, 1.0, 4.0, 1.0]])
+      >>> values, indices = jaxpool.max_pool1d_with_argmax(x, 2)
+      >>> jaxpool.max_unpool1d(values, indices, (4,)).tolist()
+      [[3.0, 0.0, 4.0, 0.0]]
+    """
+    return _max_unpool(1, x, indices, output_size, channels_last, check_indices)
+
+
+# ---------------------------------------------------------- adaptive pools
+
+
+"""``adaptive_max_pool{1,2,3}d`` and their backward ops: thin calls into one N-d
+core."""
+
+
+def _adaptive_forward(
+    nd: int, x: ArrayLike, args: AdaptiveArgs
+) -> tuple[jax.Array, jax.Array]:
+    name = f"adaptive_max_pool{nd}d"
+    x = _spec.float_array(name, "x", x)
+    return _core.pool(name, x, _spec.adaptive_spec(name, nd, x.shape, args))
+
+
+def adaptive_max_pool2d(
+    x: ArrayLike,
+    output_size: OutputSize,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """2-D adaptive max pooling that also returns the argmax of every window.
+
+    Equal to PyTorch's ``adaptive_max_pool2d(..., return_indices=True)``, values
+    and indices, bit for bit. Differentiable: the gradient is
+    [`jaxpool.adaptive_max_pool2d_backward`][] (a scatter-add to the argmax).
+
+    Shapes: ``N`` batch, ``C`` channels, ``H, W`` input, ``oH, oW`` output.
+    Window ``i`` along an axis of length ``L`` with ``O`` outputs is the
+    half-open range, in exact integer arithmetic::
+
+        start = floor(i * L / O)
+        end = ceil((i + 1) * L / O)
+
+    so windows differ in size by at most one, overlap when ``L / O`` is not an
+    integer, and repeat elements when ``O > L``.
+
+    Args:
+      x: ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` or ``(H, W, C)``
+        with ``channels_last``); float16, bfloat16, float32 or float64.
+      output_size: ``oH`` = ``oW`` as an int, or a pair ``(oH, oW)``, each an int
+        >= 1 (it may exceed the input size) or ``None`` to keep that input size.
+        Static: under ``jax.jit`` close over it or mark it static.
+      channels_last: ``x`` (and the outputs) keep channels in the last axis.
+      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
+        ``"gather"`` (deterministic); see
+        [`jaxpool.adaptive_max_pool2d_backward`][].
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
+      ``x``; channels last with ``channels_last``). ``values`` has ``x.dtype``;
+      ``indices`` is int32, the flat offset ``h * W + w`` inside each ``(n, c)``
+      plane. Ties keep the first maximum in
+      ``(h, w)`` order; a window holding NaN gives NaN at its last NaN.
+
+    Raises:
+      TypeError: ``x`` is not floating, or ``output_size`` is not made of ints
+        (a traced value included).
+      ValueError: wrong rank, or ``output_size`` of the wrong length or < 1.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.array([[[1.0, 5.0, 2.0], [4.0, 3.0, 6.0]]])
+      >>> values, indices = jaxpool.adaptive_max_pool2d(x, (1, 2))
+      >>> values.tolist(), indices.tolist()
+      ([[[5.0, 6.0]]], [[[1, 5]]])
+    """
+    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    return _adaptive_forward(2, x, args)
+
+
+def adaptive_max_pool2d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.adaptive_max_pool2d`][] with respect to ``x``.
+
+    Zeros shaped like ``x``, then ``grad_input[n, c].flat[indices[n, c, ...]] +=
+    grad_output[n, c, ...]``: overlapping windows that chose the same element
+    add up. Only ``indices`` decides where gradients go; an index outside
+    ``[0, H * W)``, negative ones included, is dropped (never wrapped, never
+    into another plane). float16/bfloat16 accumulate in float32 and round once.
+    Itself differentiable (its VJP is a gather at ``indices``).
+
+    Args:
+      grad_output: ``(N, C, oH, oW)`` (or ``(C, oH, oW)``) cotangent of the
+        pooled values.
+      x: the forward input, or a ``jax.ShapeDtypeStruct``: only its shape
+        ``(N, C, H, W)`` / ``(C, H, W)`` and floating dtype are used.
+      indices: the forward's indices, same shape as ``grad_output``, any integer
+        dtype (int64 from PyTorch too).
+      algorithm: ``"scatter"`` (default) or ``"gather"``: bitwise reproducible
+        on every backend, no scatter; it assumes each index lies inside its own
+        window (true of the forward's indices), any other index contributes
+        nothing. See [`jaxpool.max_pool3d_with_argmax_backward`][].
+      check_indices: a ``checkify`` check that every index lies in ``[0, H *
+        W)``; see [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+
+    Raises:
+      TypeError: ``x``/``grad_output`` not floating or ``indices`` not integer.
+      ValueError: ``x`` of the wrong rank, or ``grad_output`` / ``indices`` whose
+        shapes do not match ``x`` and each other.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.array([[[1.0, 5.0, 2.0], [4.0, 3.0, 6.0]]])
+      >>> values, indices = jaxpool.adaptive_max_pool2d(x, (1, 2))
+      >>> jaxpool.adaptive_max_pool2d_backward(jnp.ones_like(values), x, indices)
+      Array([[[0., 1., 0.],
+              [0., 0., 1.]]], dtype=float32)
+    """
+    name = "adaptive_max_pool2d_backward"
+    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    spec = _spec.adaptive_backward_spec(
+        name, 2, grad_output, x, indices, channels_last, algorithm
+    )
+    return _core.backward(name, grad_output, indices, x, spec, check_indices)
+
+
+def adaptive_max_pool3d(
+    x: ArrayLike,
+    output_size: OutputSize,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """3-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
+    ``(D, H, W)``.
+
+    Equal to PyTorch's ``adaptive_max_pool3d(..., return_indices=True)``, bit
+    for bit; the same windows, rules and errors as the 2-D op.
+
+    Args:
+      x: ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` or
+        ``(D, H, W, C)`` with ``channels_last``); a floating dtype.
+      output_size: an int, or 3 entries each an int >= 1 or ``None``.
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oD, oH, oW)`` in ``x``'s layout;
+      indices int32 ``d * H * W + h * W + w`` inside each plane.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(24.0).reshape(1, 2, 3, 4)
+      >>> values, indices = jaxpool.adaptive_max_pool3d(x, (1, 1, 2))
+      >>> values.tolist(), indices.tolist()
+      ([[[[21.0, 23.0]]]], [[[[21, 23]]]])
+    """
+    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    return _adaptive_forward(3, x, args)
+
+
+def adaptive_max_pool3d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.adaptive_max_pool3d`][]; see
+    [`jaxpool.adaptive_max_pool2d_backward`][] for the rules.
+
+    Args:
+      grad_output: ``(N, C, oD, oH, oW)`` (or ``(C, oD, oH, oW)``), in ``x``'s
+        layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    name = "adaptive_max_pool3d_backward"
+    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    spec = _spec.adaptive_backward_spec(
+        name, 3, grad_output, x, indices, channels_last, algorithm
+    )
+    return _core.backward(name, grad_output, indices, x, spec, check_indices)
+
+
+def adaptive_max_pool1d(
+    x: ArrayLike,
+    output_size: OutputSize,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+) -> tuple[jax.Array, jax.Array]:
+    """1-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
+    ``L``.
+
+    Equal to PyTorch's ``adaptive_max_pool1d(..., return_indices=True)``.
+
+    Args:
+      x: ``(N, C, L)`` or ``(C, L)`` (``(N, L, C)`` or ``(L, C)`` with
+        ``channels_last``); a floating dtype.
+      output_size: an int >= 1, or a 1-sequence of one (or ``None``).
+      channels_last: channels in the last axis.
+      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> values, indices = jaxpool.adaptive_max_pool1d(
+      ...     jnp.array([[3.0, 1.0, 4.0, 1.0, 5.0]]), 2)
+      >>> values.tolist(), indices.tolist()
+      ([[4.0, 5.0]], [[2, 4]])
+    """
+    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    return _adaptive_forward(1, x, args)
+
+
+def adaptive_max_pool1d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "scatter",
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.adaptive_max_pool1d`][]; see
+    [`jaxpool.adaptive_max_pool2d_backward`][] for the rules.
+
+    Args:
+      grad_output: ``(N, C, oL)`` (or ``(C, oL)``), in ``x``'s layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      channels_last: as in the forward.
+      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      check_indices: a ``checkify`` check of the indices; see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    name = "adaptive_max_pool1d_backward"
+    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    spec = _spec.adaptive_backward_spec(
+        name, 1, grad_output, x, indices, channels_last, algorithm
+    )
+    return _core.backward(name, grad_output, indices, x, spec, check_indices)

@@ -1,0 +1,127 @@
+"""The platform seam: the one module that knows the platform or the mesh.
+
+Kernels are plain functions of arrays and a spec, plus a static *form*: which
+of their variants XLA should get. This module picks the form for each
+platform and hands it over through :func:`by_platform`, jaxpool's only use of
+``lax.platform_dependent``; it alone asks whether a mesh is in context. A new
+kernel is a new module and a new entry here.
+
+The CPU forms (why each exists, and what it measured, is in the performance
+docs): the passes and indices computed into their own buffers
+(``_fusion.materialize``), a strided minor axis read from a phase-split copy,
+the values read back at the indices, and the scatter run over the whole array
+flattened. Under a mesh the forms that would read one element of a sharded
+array or merge the ``(n, c)`` planes are left out, so that sharding over N and
+C needs no communication.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import jax
+from jax import lax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from . import _backward, _planes, _scan
+from ._windows import INT32_MAX, PoolSpec, split
+
+Form = TypeVar("Form")
+
+
+def by_platform(
+    emit: Callable[[Form], Callable[..., Any]], *args: Any, cpu: Form, default: Form
+) -> Any:
+    """``emit(form)(*args)`` with the form of the platform the program is
+    lowered for: ``cpu`` on CPU, ``default`` elsewhere. One program when the
+    two are the same; otherwise ``lax.platform_dependent`` (lowering for one
+    platform emits that platform's form alone)."""
+    if cpu == default:
+        return emit(default)(*args)
+    return lax.platform_dependent(*args, cpu=emit(cpu), default=emit(default))
+
+
+def under_mesh(arr: jax.Array) -> bool:
+    """Whether a mesh is in context (``jax.set_mesh``) or typed on ``arr``."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty or not jax.typeof(arr).sharding.mesh.empty
+
+
+def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
+    """Sharding for new arrays that must line up with ``arr``'s plane axes.
+
+    ``arr`` has ``nd`` spatial axes and ``trail`` trailing ones; the new array
+    has the same leading and trailing axes around ``new_nd`` spatial ones.
+    Under a mesh with Explicit axes every array carries its sharding in its
+    type and mixing shardings is an error, so arrays the kernels create (the
+    running max, index tables, zeros) take the non-spatial axes' sharding of
+    ``arr``. ``None`` elsewhere: the partitioner propagates it.
+    """
+    sharding = jax.typeof(arr).sharding
+    mesh = sharding.mesh
+    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
+        return None
+    spec = (*sharding.spec, *(None,) * (arr.ndim - len(sharding.spec)))
+    first, stop = split(arr.ndim, nd, trail)
+    new = (*spec[:first], *(None,) * new_nd, *spec[stop:])
+    return NamedSharding(mesh, PartitionSpec(*new))
+
+
+def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
+    """The forward kernel's ``(values, indices)``, in each platform's form."""
+    sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
+    phases = _scan.splits_phases(spec.axes, spec.trail)
+    cpu = _scan.ScanForm(materialize=not under_mesh(x), phases=phases, read_back=True)
+    accelerator = _scan.ScanForm(materialize=False, phases=False, read_back=True)
+
+    def emit(form: _scan.ScanForm) -> Callable[[jax.Array], Any]:
+        return functools.partial(
+            _scan.window_argmax, spec=spec, form=form, sharding=sharding
+        )
+
+    return by_platform(emit, x, cpu=cpu, default=accelerator)
+
+
+def backward(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+) -> jax.Array:
+    """The gradient with respect to ``x`` (its shape and dtype), with the
+    spec's algorithm, in each platform's form."""
+    if spec.algorithm == "gather":
+        sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
+        return _backward.gather_sum(grad_output, indices, x, spec, sharding)
+    layout = dict(x=x, nd=spec.nd, trail=spec.trail)
+    return _scatter(grad_output, indices, accumulate=True, **layout)
+
+
+def unpool(
+    values: jax.Array,
+    indices: jax.Array,
+    out: jax.ShapeDtypeStruct,
+    nd: int,
+    trail: int,
+) -> jax.Array:
+    """``values`` placed at ``indices`` in zeros shaped like ``out``."""
+    return _scatter(values, indices, x=out, nd=nd, trail=trail, accumulate=False)
+
+
+def _scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array:
+    """``_planes.scatter(updates, indices, **kernel)``: flat over the whole
+    array on CPU (offsets within int32, no mesh), batched over the non-spatial
+    axes elsewhere."""
+    x, nd, trail = kernel["x"], kernel["nd"], kernel["trail"]
+    flat = 0 < math.prod(x.shape) < INT32_MAX and not under_mesh(indices)
+    sharding = plane_sharding(indices, nd, trail, 1)
+
+    def emit(flat: bool) -> Callable[..., jax.Array]:
+        return functools.partial(
+            _planes.scatter, **kernel, flat=flat, sharding=sharding
+        )
+
+    return by_platform(emit, updates, indices, cpu=flat, default=False)

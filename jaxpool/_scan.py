@@ -1,0 +1,269 @@
+"""The XLA forward kernel: a running max/argmax over the taps of each window.
+
+:func:`window_argmax` scans each window in row-major tap order from (``-inf``,
+its first in-bounds tap), replacing the best when ``value > best`` or ``value``
+is NaN (:func:`_replaces`): the first maximum wins ties, the last NaN wins, the
+``-inf`` padding is never chosen. That selection is a maximum under a total
+order on (value, position) (:func:`_after`), so it may run in passes, some axes
+at a time, each carrying the flat index of its choice (:func:`stages`).
+
+The steps, each a function below: the input the taps read (:func:`_source`:
+padded with ``-inf``, its minor axis perhaps split into phases); one pass over
+the taps of some axes (:func:`_pass`), starting every window at its first
+in-bounds tap (:func:`_first_tap`); and the values of windows with no in-bounds
+tap set to ``-inf`` (:func:`_mask_empty`). How XLA should lay the scan out on
+each platform (:class:`ScanForm`) is the platform seam's choice.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._fusion import materialize
+from ._planes import gather_at
+from ._windows import AxisWindows, PoolSpec, split
+
+
+class ScanForm(NamedTuple):
+    """How XLA lays the scan out, chosen per platform by ``_platform``."""
+
+    materialize: bool  # each pass and the indices computed into own buffers
+    phases: bool  # the minor axis read from a phase-split copy (splits_phases)
+    read_back: bool  # the values gathered at the indices, not carried
+
+
+def _replaces(value: jax.Array, best: jax.Array) -> jax.Array:
+    """The scan's rule, for taps in row-major order: a greater value or a NaN
+    replaces the best so far."""
+    return (value > best) | jnp.isnan(value)
+
+
+def _after(v: jax.Array, i: jax.Array, b: jax.Array, j: jax.Array) -> jax.Array:
+    """Whether candidate ``(v, i)`` (value, flat position) beats ``(b, j)`` in
+    the selection's total order: NaN above every number and the later of two
+    NaNs, the earlier of two equal numbers (what the row-major scan picks)."""
+    v_nan, b_nan = jnp.isnan(v), jnp.isnan(b)
+    numbers = ~b_nan & ((v > b) | ((v == b) & (i < j)))
+    return jnp.where(v_nan, ~b_nan | (i > j), numbers)
+
+
+def stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
+    """Which spatial axes each pass reduces, in order.
+
+    One pass over every tap keeps temporaries near zero, but costs a select per
+    tap and output, ``k**d`` of them, and XLA compiles a long unrolled chain
+    slowly. Past 27 taps (a 3x3x3 cube), reduce one axis at a time instead (D,
+    then H, then W, carrying the index): ``d * k`` taps and a fast compile, for
+    intermediates up to half the input. The outer axes go first: their taps
+    are contiguous rows, and the minor axis, whose strided taps are not, is
+    read last from the smallest array.
+    """
+    if math.prod(w.taps for w in axes) <= 27:
+        return [tuple(range(len(axes)))]
+    return [(a,) for a in range(len(axes))]
+
+
+def splits_phases(axes: tuple[AxisWindows, ...], trail: int) -> bool:
+    """Whether the scan may read the minor axis split into phases
+    (:func:`_split_phases`): one pass over overlapping strided windows along a
+    contiguous last spatial axis."""
+    w = axes[-1]
+    overlapping = not w.starts and w.stride > 1 and not w.disjoint
+    return not trail and overlapping and len(stages(axes)) == 1
+
+
+def window_argmax(
+    x: jax.Array, spec: PoolSpec, form: ScanForm, sharding: Any = None
+) -> tuple[jax.Array, jax.Array]:
+    """Max and flat argmax of every window over the spatial axes of ``x``.
+
+    Args:
+      x: ``(*B, *S, *T)`` input, ``S`` matching ``spec.axes``' sizes, ``T``
+        the channels of a channels-last array.
+      spec: the pool.
+      form: how XLA lays the scan out.
+      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+
+    Returns:
+      ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,
+      indices int32 offsets into the unpadded ``S`` plane.
+    """
+    axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
+    phased = form.phases
+    best, index = _source(x, axes, lead, phased, form), None
+    for group in stages(axes):
+        values, chosen = _pass(best, index, axes, group, lead, phased, sharding)
+        if form.materialize:  # computed once each, not in every later read
+            values, chosen = materialize(values, x), materialize(chosen, x)
+        best, index, phased = values, chosen, False
+    assert index is not None
+    if form.read_back:
+        best = gather_at(x, index, spec.nd, spec.trail, -jnp.inf)
+    return _mask_empty(best, axes, lead), index
+
+
+def _source(
+    x: jax.Array,
+    axes: tuple[AxisWindows, ...],
+    lead: int,
+    phased: bool,
+    form: ScanForm,
+) -> jax.Array:
+    """The array the taps read: ``x`` padded with ``-inf`` (never chosen), its
+    minor axis split into phases when ``phased``."""
+    pads = [(0, 0, 0)] * x.ndim
+    for a, w in enumerate(axes):
+        pads[lead + a] = (*w.pad, 0)
+    if phased:
+        return _split_phases(x, pads, axes[-1].stride, form.materialize)
+    if not any(any(p) for p in pads):
+        return x
+    return lax.pad(x, jnp.array(-jnp.inf, x.dtype), pads)
+
+
+def _split_phases(
+    x: jax.Array, pads: list[tuple[int, int, int]], stride: int, keep: bool
+) -> jax.Array:
+    """``x`` padded by ``pads`` with ``-inf``, its last axis ``(L,)`` (padded
+    further to a multiple of ``stride``) as ``(stride, ceil(L / stride))``,
+    phase first: a strided tap becomes a contiguous slice of one phase.
+
+    Each phase is a strided slice of ``x`` padded on its own, so XLA builds the
+    whole array in one pass (padding first, then splitting, takes two). With
+    ``keep`` it is materialised, so the scan reads it rather than recomputing
+    it per tap.
+    """
+    lo, hi, _ = pads[-1]
+    size = x.shape[-1]
+    length = -(-(lo + size + hi) // stride)
+    phases = []
+    for r in range(stride):
+        first = max(0, -(-(lo - r) // stride))  # first m with r + m*s - lo >= 0
+        start = r + first * stride - lo
+        count = max(0, -(-(size - start) // stride)) if start < size else 0
+        part = lax.slice_in_dim(
+            x, min(start, size), min(start + count * stride, size), stride, -1
+        )
+        high = length - first - count
+        phases.append(
+            lax.pad(part, jnp.array(-jnp.inf, x.dtype), [*pads[:-1], (first, high, 0)])
+        )
+    split_x = jnp.stack(phases, axis=-2)
+    return materialize(split_x, x) if keep else split_x
+
+
+def _tap(
+    x: jax.Array, axis: int, windows: AxisWindows, tap: int, phased: bool = False
+) -> jax.Array:
+    """The ``(..., out, ...)`` values that tap ``tap`` reads along ``axis`` of
+    ``x``, already padded by ``windows.pad`` along it (and split into phases
+    there when ``phased``: see :func:`_split_phases`)."""
+    if windows.starts:
+        return jnp.take(x, windows.positions(tap), axis=axis)
+    start = tap * windows.dilation
+    if phased:
+        x = lax.index_in_dim(x, start % windows.stride, axis, keepdims=False)
+        first = start // windows.stride
+        return lax.slice_in_dim(x, first, first + windows.out, axis=axis)
+    limit = start + (windows.out - 1) * windows.stride + 1
+    return lax.slice_in_dim(x, start, limit, windows.stride, axis)
+
+
+def _per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
+    """A per-window constant ``column`` along ``axis``, shaped to broadcast
+    against an array of ``shape``."""
+    keep = [1] * len(shape)
+    keep[axis] = shape[axis]
+    return jnp.asarray(column.reshape(keep))
+
+
+def _pass(
+    best: jax.Array,
+    index: jax.Array | None,
+    axes: tuple[AxisWindows, ...],
+    group: tuple[int, ...],
+    lead: int,
+    phased: bool,
+    sharding: Any,
+) -> tuple[jax.Array, jax.Array]:
+    """One pass: the best ``(value, flat index)`` over the taps of the axes in
+    ``group``, for every window along them.
+
+    ``best`` holds the candidates (the padded input, or an earlier pass's
+    values) and ``index`` their partial flat indices (``None`` in the first
+    pass, whose taps are in row-major order: :func:`_replaces`; a later pass
+    compares positions: :func:`_after`).
+    """
+    strides = [math.prod(w.size for w in axes[a + 1 :]) for a in range(len(axes))]
+    values = chosen = None
+    for taps in itertools.product(*(range(axes[a].taps) for a in group)):
+        value, tap_index = best, index
+        for a, j in zip(group, taps, strict=True):
+            value = _tap(value, lead + a, axes[a], j, phased and a == len(axes) - 1)
+            if tap_index is not None:
+                tap_index = _tap(tap_index, lead + a, axes[a], j)
+        shape = value.shape
+        offset = sum(
+            _per_window(axes[a].positions(j) * strides[a], lead + a, shape)
+            for a, j in zip(group, taps, strict=True)
+        )
+        offset = jnp.broadcast_to(
+            jnp.asarray(offset, jnp.int32), shape, out_sharding=sharding
+        )
+        if values is None or chosen is None:
+            values = jnp.full(shape, -jnp.inf, best.dtype, out_sharding=sharding)
+            chosen = jnp.zeros(shape, jnp.int32, out_sharding=sharding)
+        if tap_index is None:
+            tap_index = offset
+            take = _replaces(value, values)
+        else:
+            # (Padding ties a window of only -inf, whose candidates all share
+            # the earlier axes' first in-bounds taps: low padding precedes the
+            # forced first tap along this axis, high padding comes after every
+            # real one.)
+            tap_index = tap_index + offset
+            take = _after(value, tap_index, values, chosen)
+        take = _first_tap(take, axes, group, taps, lead, shape)
+        values = jnp.where(take, value, values)
+        chosen = jnp.where(take, tap_index, chosen)
+    assert values is not None and chosen is not None
+    return values, chosen
+
+
+def _first_tap(
+    take: jax.Array,
+    axes: tuple[AxisWindows, ...],
+    group: tuple[int, ...],
+    taps: tuple[int, ...],
+    lead: int,
+    shape: tuple[int, ...],
+) -> jax.Array:
+    """``take``, forced where ``taps`` is each window's first in-bounds tap:
+    every tap before it is padding, so this starts the scan there."""
+    force = [axes[a].first_tap() == j for a, j in zip(group, taps, strict=True)]
+    if not all(f.any() for f in force):
+        return take
+    masks = [_per_window(f, lead + a, shape) for a, f in zip(group, force, strict=True)]
+    return take | functools.reduce(jnp.logical_and, masks)
+
+
+def _mask_empty(
+    values: jax.Array, axes: tuple[AxisWindows, ...], lead: int
+) -> jax.Array:
+    """``-inf`` for every window with no in-bounds tap (possible with
+    dilation), whatever element its index (its first non-negative tap, out of
+    bounds along some axis) lands on."""
+    empty = [w.empty() for w in axes]
+    if not any(e.any() for e in empty):
+        return values
+    masks = [_per_window(e, lead + a, values.shape) for a, e in enumerate(empty)]
+    hollow = functools.reduce(jnp.logical_or, masks)
+    return jnp.where(hollow, jnp.array(-jnp.inf, values.dtype), values)
