@@ -38,7 +38,7 @@ def _pool_bwd(spec: PoolSpec, indices: jax.Array, cts: Any) -> tuple[jax.Array]:
     grad_output = cts[0]  # the integer indices' cotangent (float0 or int) is unused
     shape = with_spatial(indices.shape, spec.nd, spec.trail, spec.in_size)
     x = jax.ShapeDtypeStruct(shape, grad_output.dtype)
-    return (_platform.backward(grad_output, indices, x, spec),)
+    return (_platform.backward(grad_output, indices, x, spec, own_indices=True),)
 
 
 _pool.defvjp(_pool_fwd, _pool_bwd)

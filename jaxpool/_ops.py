@@ -64,7 +64,7 @@ def max_pool3d_with_argmax(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """3-D max pooling that also returns the argmax of every window.
 
@@ -99,9 +99,13 @@ def max_pool3d_with_argmax(
       dilation: spacing between a window's taps, every value > 0.
       ceil_mode: round the output size up instead of down.
       channels_last: ``x`` (and the outputs) keep channels in the last axis.
-      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
-        ``"gather"`` (deterministic); see
-        [`jaxpool.max_pool3d_with_argmax_backward`][].
+      algorithm: how ``jax.grad`` computes the gradient. ``"auto"``
+        (default): where no two windows share an input element (``stride >=
+        dilation * (kernel_size - 1) + 1`` on every axis, as in 2x2 stride 2)
+        each element receives at most one gradient, so the scatter-add is an
+        elementwise select (the ``"gather"`` algorithm: same bits, no scatter);
+        elsewhere ``"scatter"``. ``"scatter"`` or ``"gather"`` (deterministic)
+        force one; see [`jaxpool.max_pool3d_with_argmax_backward`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` (``(C, oD, oH, oW)`` for
@@ -150,7 +154,7 @@ def max_pool3d_with_argmax_backward(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool3d_with_argmax`][] with respect to ``x``.
@@ -177,13 +181,16 @@ def max_pool3d_with_argmax_backward(
       dilation: as in the forward.
       ceil_mode: as in the forward.
       channels_last: as in the forward; the result has ``x``'s layout.
-      algorithm: ``"scatter"`` (default): a scatter-add, fastest; on GPU its
-        atomics sum overlapping windows in a varying order, so results may
-        differ in the last bits between runs. ``"gather"``: for each input
-        element, the gradients of the windows that cover it and chose it, added
-        in a fixed order: bitwise reproducible on every backend, no scatter.
-        It assumes each index lies inside its own window (true of the forward's
-        indices); any other index contributes nothing.
+      algorithm: ``"scatter"``: a scatter-add, which honours any index inside
+        the plane; on GPU its atomics sum overlapping windows in a varying
+        order, so results may differ in the last bits between runs.
+        ``"gather"``: for each input element, the gradients of the windows that
+        cover it and chose it, added in a fixed order: bitwise reproducible on
+        every backend, no scatter; it counts an index only inside its own
+        window (true of the forward's indices). ``"auto"`` (default) is the
+        scatter here, since these indices may come from anywhere; in
+        ``jax.grad`` of the forward, whose indices are its own, it is the
+        elementwise select for disjoint windows.
       check_indices: also check that every index lies in ``[0, D * H * W)``,
         with ``jax.experimental.checkify``: wrap the caller in
         ``checkify.checkify`` (``jit`` inside or out) and throw the error it
@@ -229,7 +236,7 @@ def max_pool2d_with_argmax(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """2-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over
     ``(H, W)``.
@@ -248,7 +255,7 @@ def max_pool2d_with_argmax(
       dilation: spacing between taps.
       ceil_mode: round the output size up.
       channels_last: channels in the last axis.
-      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` in ``x``'s layout; indices
@@ -284,7 +291,7 @@ def max_pool2d_with_argmax_backward(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool2d_with_argmax`][]; see
@@ -300,7 +307,8 @@ def max_pool2d_with_argmax_backward(
       dilation: as in the forward.
       ceil_mode: as in the forward.
       channels_last: as in the forward.
-      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
+        (deterministic).
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -328,7 +336,7 @@ def max_pool1d_with_argmax(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """1-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over ``L``.
 
@@ -344,7 +352,7 @@ def max_pool1d_with_argmax(
       dilation: spacing between taps.
       ceil_mode: round the output size up.
       channels_last: channels in the last axis.
-      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout; indices
@@ -380,7 +388,7 @@ def max_pool1d_with_argmax_backward(
     ceil_mode: bool = False,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool1d_with_argmax`][]; see
@@ -396,7 +404,8 @@ def max_pool1d_with_argmax_backward(
       dilation: as in the forward.
       ceil_mode: as in the forward.
       channels_last: as in the forward.
-      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
+        (deterministic).
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -559,7 +568,7 @@ def adaptive_max_pool2d(
     output_size: OutputSize,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """2-D adaptive max pooling that also returns the argmax of every window.
 
@@ -584,9 +593,10 @@ def adaptive_max_pool2d(
         >= 1 (it may exceed the input size) or ``None`` to keep that input size.
         Static: under ``jax.jit`` close over it or mark it static.
       channels_last: ``x`` (and the outputs) keep channels in the last axis.
-      algorithm: how ``jax.grad`` computes the gradient: ``"scatter"`` or
-        ``"gather"`` (deterministic); see
-        [`jaxpool.adaptive_max_pool2d_backward`][].
+      algorithm: how ``jax.grad`` computes the gradient: ``"auto"`` (default:
+        the scatter; adaptive windows that do not overlap are a strided pool,
+        and get its elementwise select), ``"scatter"`` or ``"gather"``
+        (deterministic); see [`jaxpool.adaptive_max_pool2d_backward`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
@@ -617,7 +627,7 @@ def adaptive_max_pool2d_backward(
     indices: ArrayLike,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool2d`][] with respect to ``x``.
@@ -636,10 +646,10 @@ def adaptive_max_pool2d_backward(
         ``(N, C, H, W)`` / ``(C, H, W)`` and floating dtype are used.
       indices: the forward's indices, same shape as ``grad_output``, any integer
         dtype (int64 from PyTorch too).
-      algorithm: ``"scatter"`` (default) or ``"gather"``: bitwise reproducible
-        on every backend, no scatter; it assumes each index lies inside its own
-        window (true of the forward's indices), any other index contributes
-        nothing. See [`jaxpool.max_pool3d_with_argmax_backward`][].
+      algorithm: ``"auto"`` (default: the scatter) or ``"scatter"``, or
+        ``"gather"``: bitwise reproducible on every backend, no scatter; it
+        counts an index only inside its own window (true of the forward's
+        indices). See [`jaxpool.max_pool3d_with_argmax_backward`][].
       check_indices: a ``checkify`` check that every index lies in ``[0, H *
         W)``; see [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -672,7 +682,7 @@ def adaptive_max_pool3d(
     output_size: OutputSize,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """3-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
     ``(D, H, W)``.
@@ -685,7 +695,7 @@ def adaptive_max_pool3d(
         ``(D, H, W, C)`` with ``channels_last``); a floating dtype.
       output_size: an int, or 3 entries each an int >= 1 or ``None``.
       channels_last: channels in the last axis.
-      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` in ``x``'s layout;
@@ -708,7 +718,7 @@ def adaptive_max_pool3d_backward(
     indices: ArrayLike,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool3d`][]; see
@@ -720,7 +730,8 @@ def adaptive_max_pool3d_backward(
       x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
       indices: the forward's indices, shaped like ``grad_output``.
       channels_last: as in the forward.
-      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
+        (deterministic).
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -740,7 +751,7 @@ def adaptive_max_pool1d(
     output_size: OutputSize,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """1-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
     ``L``.
@@ -752,7 +763,7 @@ def adaptive_max_pool1d(
         ``channels_last``); a floating dtype.
       output_size: an int >= 1, or a 1-sequence of one (or ``None``).
       channels_last: channels in the last axis.
-      algorithm: ``"scatter"`` or ``"gather"`` gradient.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout.
@@ -774,7 +785,7 @@ def adaptive_max_pool1d_backward(
     indices: ArrayLike,
     *,
     channels_last: bool = False,
-    algorithm: Algorithm = "scatter",
+    algorithm: Algorithm = "auto",
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool1d`][]; see
@@ -785,7 +796,8 @@ def adaptive_max_pool1d_backward(
       x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
       indices: the forward's indices, shaped like ``grad_output``.
       channels_last: as in the forward.
-      algorithm: ``"scatter"`` or ``"gather"`` (deterministic).
+      algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
+        (deterministic).
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 

@@ -75,7 +75,11 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
     phases = _scan.splits_phases(spec.axes, spec.trail)
     cpu = _scan.ScanForm(materialize=not under_mesh(x), phases=phases, read_back=True)
-    accelerator = _scan.ScanForm(materialize=False, phases=False, read_back=True)
+    # Accelerators: the values carried through the scan with the index (no
+    # read-back gather, none at all on a TPU), the padding folded into the taps.
+    accelerator = _scan.ScanForm(
+        materialize=False, phases=False, read_back=False, pad_taps=True
+    )
 
     def emit(form: _scan.ScanForm) -> Callable[[jax.Array], Any]:
         return functools.partial(
@@ -85,15 +89,29 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     return by_platform(emit, x, cpu=cpu, default=accelerator)
 
 
+def algorithm(spec: PoolSpec, own_indices: bool) -> str:
+    """The backward algorithm that runs: the spec's, or for ``"auto"`` the
+    elementwise select (the ``"gather"`` algorithm) where windows are disjoint
+    and the indices are the forward's own (each then lies in its own window,
+    and every input element receives at most one gradient: the same bits as
+    the scatter, without one), the scatter elsewhere."""
+    if spec.algorithm != "auto":
+        return spec.algorithm
+    disjoint = all(w.disjoint for w in spec.axes)
+    return "gather" if own_indices and disjoint else "scatter"
+
+
 def backward(
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
+    own_indices: bool = False,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype), with the
-    spec's algorithm, in each platform's form."""
-    if spec.algorithm == "gather":
+    spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
+    the forward's, as in its VJP), in each platform's form."""
+    if algorithm(spec, own_indices) == "gather":
         sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
         return _backward.gather_sum(grad_output, indices, x, spec, sharding)
     layout = dict(x=x, nd=spec.nd, trail=spec.trail)
@@ -116,7 +134,8 @@ def _scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array
     array on CPU (offsets within int32, no mesh), batched over the non-spatial
     axes elsewhere."""
     x, nd, trail = kernel["x"], kernel["nd"], kernel["trail"]
-    flat = 0 < math.prod(x.shape) < INT32_MAX and not under_mesh(indices)
+    static = all(isinstance(size, int) for size in x.shape)  # not jax.export's
+    flat = static and 0 < math.prod(x.shape) < INT32_MAX and not under_mesh(indices)
     sharding = plane_sharding(indices, nd, trail, 1)
 
     def emit(flat: bool) -> Callable[..., jax.Array]:

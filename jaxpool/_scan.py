@@ -8,11 +8,14 @@ order on (value, position) (:func:`_after`), so it may run in passes, some axes
 at a time, each carrying the flat index of its choice (:func:`stages`).
 
 The steps, each a function below: the input the taps read (:func:`_source`:
-padded with ``-inf``, its minor axis perhaps split into phases); one pass over
-the taps of some axes (:func:`_pass`), starting every window at its first
-in-bounds tap (:func:`_first_tap`); and the values of windows with no in-bounds
-tap set to ``-inf`` (:func:`_mask_empty`). How XLA should lay the scan out on
-each platform (:class:`ScanForm`) is the platform seam's choice.
+padded with ``-inf``, its minor axis perhaps split into phases, or left as it
+is when each tap pads itself: :func:`_padded_tap`); one pass over the taps of
+some axes (:func:`_pass`), starting every window at its first in-bounds tap
+(:func:`_first_tap`), or, along an axis of adaptive windows of two sizes, a
+running max of the smaller size extended by one tap (:func:`_two_size_pass`);
+and the values of windows with no in-bounds tap set to ``-inf``
+(:func:`_mask_empty`). How XLA should lay the scan out on each platform
+(:class:`ScanForm`) is the platform seam's choice.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class ScanForm(NamedTuple):
     materialize: bool  # each pass and the indices computed into own buffers
     phases: bool  # the minor axis read from a phase-split copy (splits_phases)
     read_back: bool  # the values gathered at the indices, not carried
+    pad_taps: bool = False  # one pass: each tap pads itself, no padded copy
 
 
 def _replaces(value: jax.Array, best: jax.Array) -> jax.Array:
@@ -64,9 +68,10 @@ def stages(axes: tuple[AxisWindows, ...]) -> list[tuple[int, ...]]:
     then H, then W, carrying the index): ``d * k`` taps and a fast compile, for
     intermediates up to half the input. The outer axes go first: their taps
     are contiguous rows, and the minor axis, whose strided taps are not, is
-    read last from the smallest array.
+    read last from the smallest array. Adaptive windows of two sizes are always
+    reduced one axis at a time (:func:`_two_size_pass`).
     """
-    if math.prod(w.taps for w in axes) <= 27:
+    if math.prod(w.taps for w in axes) <= 27 and not any(w.starts for w in axes):
         return [tuple(range(len(axes)))]
     return [(a,) for a in range(len(axes))]
 
@@ -97,10 +102,16 @@ def window_argmax(
       indices int32 offsets into the unpadded ``S`` plane.
     """
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
-    phased = form.phases
-    best, index = _source(x, axes, lead, phased, form), None
-    for group in stages(axes):
-        values, chosen = _pass(best, index, axes, group, lead, phased, sharding)
+    plan = stages(axes)
+    phased, pad_taps = form.phases, form.pad_taps and len(plan) == 1
+    best, index = _source(x, axes, lead, phased, pad_taps, form), None
+    for group in plan:
+        if axes[group[0]].starts:
+            values, chosen = _two_size_pass(best, index, axes, group[0], lead, sharding)
+        else:
+            values, chosen = _pass(
+                best, index, axes, group, lead, phased, pad_taps, sharding
+            )
         if form.materialize:  # computed once each, not in every later read
             values, chosen = materialize(values, x), materialize(chosen, x)
         best, index, phased = values, chosen, False
@@ -115,10 +126,14 @@ def _source(
     axes: tuple[AxisWindows, ...],
     lead: int,
     phased: bool,
+    pad_taps: bool,
     form: ScanForm,
 ) -> jax.Array:
     """The array the taps read: ``x`` padded with ``-inf`` (never chosen), its
-    minor axis split into phases when ``phased``."""
+    minor axis split into phases when ``phased``; ``x`` itself when each tap
+    pads itself (``pad_taps``)."""
+    if pad_taps:
+        return x
     pads = [(0, 0, 0)] * x.ndim
     for a, w in enumerate(axes):
         pads[lead + a] = (*w.pad, 0)
@@ -166,8 +181,6 @@ def _tap(
     """The ``(..., out, ...)`` values that tap ``tap`` reads along ``axis`` of
     ``x``, already padded by ``windows.pad`` along it (and split into phases
     there when ``phased``: see :func:`_split_phases`)."""
-    if windows.starts:
-        return jnp.take(x, windows.positions(tap), axis=axis)
     start = tap * windows.dilation
     if phased:
         x = lax.index_in_dim(x, start % windows.stride, axis, keepdims=False)
@@ -175,6 +188,22 @@ def _tap(
         return lax.slice_in_dim(x, first, first + windows.out, axis=axis)
     limit = start + (windows.out - 1) * windows.stride + 1
     return lax.slice_in_dim(x, start, limit, windows.stride, axis)
+
+
+def _padded_tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
+    """:func:`_tap` read from the unpadded ``x``: the in-bounds part sliced,
+    then padded with ``-inf``, so that XLA can fold the padding into the
+    consumer instead of a padded copy of the input."""
+    positions = windows.positions(tap)  # increasing: low padding, inside, high
+    low = int((positions < 0).sum())
+    high = int((positions >= windows.size).sum())
+    inside = windows.out - low - high
+    start = int(positions[low]) if inside else 0
+    stride = windows.stride if inside > 1 else 1
+    part = lax.slice_in_dim(x, start, start + (inside - 1) * stride + 1, stride, axis)
+    config = [(0, 0, 0)] * x.ndim
+    config[axis] = (low, high, 0)
+    return lax.pad(part, jnp.array(-jnp.inf, x.dtype), config)
 
 
 def _per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
@@ -192,6 +221,7 @@ def _pass(
     group: tuple[int, ...],
     lead: int,
     phased: bool,
+    pad_taps: bool,
     sharding: Any,
 ) -> tuple[jax.Array, jax.Array]:
     """One pass: the best ``(value, flat index)`` over the taps of the axes in
@@ -200,14 +230,19 @@ def _pass(
     ``best`` holds the candidates (the padded input, or an earlier pass's
     values) and ``index`` their partial flat indices (``None`` in the first
     pass, whose taps are in row-major order: :func:`_replaces`; a later pass
-    compares positions: :func:`_after`).
+    compares positions: :func:`_after`). With ``pad_taps`` (one pass only)
+    ``best`` is the unpadded input and each tap pads itself.
     """
-    strides = [math.prod(w.size for w in axes[a + 1 :]) for a in range(len(axes))]
+    strides = _plane_strides(axes)
     values = chosen = None
     for taps in itertools.product(*(range(axes[a].taps) for a in group)):
         value, tap_index = best, index
         for a, j in zip(group, taps, strict=True):
-            value = _tap(value, lead + a, axes[a], j, phased and a == len(axes) - 1)
+            if pad_taps:
+                value = _padded_tap(value, lead + a, axes[a], j)
+            else:
+                minor = phased and a == len(axes) - 1
+                value = _tap(value, lead + a, axes[a], j, minor)
             if tap_index is not None:
                 tap_index = _tap(tap_index, lead + a, axes[a], j)
         shape = value.shape
@@ -236,6 +271,80 @@ def _pass(
         chosen = jnp.where(take, tap_index, chosen)
     assert values is not None and chosen is not None
     return values, chosen
+
+
+def _plane_strides(axes: tuple[AxisWindows, ...]) -> list[int]:
+    """The flat-offset stride of each spatial axis in the unpadded plane."""
+    return [math.prod(w.size for w in axes[a + 1 :]) for a in range(len(axes))]
+
+
+def _two_size_pass(
+    best: jax.Array,
+    index: jax.Array | None,
+    axes: tuple[AxisWindows, ...],
+    a: int,
+    lead: int,
+    sharding: Any,
+) -> tuple[jax.Array, jax.Array]:
+    """A pass along axis ``a`` of adaptive windows, which take at most two sizes
+    (``small`` and ``small + 1``): the best ``(value, flat index)`` of every
+    window of ``small`` taps starting anywhere along the axis (a running max,
+    one tap at a time), extended by one tap for the windows of the larger size,
+    then each output's window picked by its start: one selection per axis
+    instead of one gather per tap.
+
+    Every adaptive window holds at least one element, and its first tap (the
+    start) begins the scan; ``best`` and ``index`` are as in :func:`_pass`.
+    """
+    w, axis = axes[a], lead + a
+    stride = _plane_strides(axes)[a]
+    starts, sizes = np.asarray(w.starts), np.subtract(w.ends, w.starts)
+    small, large = int(sizes.min()), int(sizes.max())
+
+    def candidates(tap: int, count: int) -> tuple[jax.Array, jax.Array]:
+        """Tap ``tap`` of the windows starting at ``0 .. count - 1``."""
+        value = lax.slice_in_dim(best, tap, tap + count, axis=axis)
+        offset = _per_window((np.arange(count) + tap) * stride, axis, value.shape)
+        offset = jnp.broadcast_to(
+            jnp.asarray(offset, jnp.int32), value.shape, out_sharding=sharding
+        )
+        if index is None:
+            return value, offset
+        return value, lax.slice_in_dim(index, tap, tap + count, axis=axis) + offset
+
+    def scan(values: jax.Array, chosen: jax.Array, tap: int, count: int) -> Any:
+        value, tap_index = candidates(tap, count)
+        if index is None:  # taps along one axis, in row-major order
+            take = _replaces(value, values)
+        else:
+            take = _after(value, tap_index, values, chosen)
+        return jnp.where(take, value, values), jnp.where(take, tap_index, chosen)
+
+    count = w.size - small + 1
+    values, chosen = candidates(0, count)
+    for tap in range(1, small):
+        values, chosen = scan(values, chosen, tap, count)
+    pick = starts
+    if large > small:  # one more tap for the windows of the larger size
+        extended = (
+            lax.slice_in_dim(values, 0, count - 1, axis=axis),
+            lax.slice_in_dim(chosen, 0, count - 1, axis=axis),
+        )
+        extended = scan(*extended, small, count - 1)
+        values = jnp.concatenate([values, extended[0]], axis=axis)
+        chosen = jnp.concatenate([chosen, extended[1]], axis=axis)
+        pick = np.where(sizes == small, starts, count + starts)
+    return _select(values, pick, axis), _select(chosen, pick, axis)
+
+
+def _select(arr: jax.Array, positions: np.ndarray, axis: int) -> jax.Array:
+    """``arr`` at static ``positions`` along ``axis``: a concatenate of slices
+    (a copy, no gather, which a TPU lacks) for the few windows of a pooling
+    head, a gather for many."""
+    if len(positions) > 64:
+        return jnp.take(arr, positions, axis=axis)
+    rows = [lax.slice_in_dim(arr, int(p), int(p) + 1, axis=axis) for p in positions]
+    return lax.concatenate(rows, axis)
 
 
 def _first_tap(

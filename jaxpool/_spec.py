@@ -72,7 +72,7 @@ class PoolArgs:
     dilation: IntOrSeq = static_field(1)
     ceil_mode: bool = static_field(False)
     channels_last: bool = static_field(False, kw_only=True)
-    algorithm: Algorithm = static_field("scatter", kw_only=True)
+    algorithm: Algorithm = static_field("auto", kw_only=True)
 
 
 @dataclasses.dataclass(eq=False)
@@ -83,7 +83,7 @@ class AdaptiveArgs:
 
     output_size: OutputSize = static_field()
     channels_last: bool = static_field(False, kw_only=True)
-    algorithm: Algorithm = static_field("scatter", kw_only=True)
+    algorithm: Algorithm = static_field("auto", kw_only=True)
 
 
 @dataclasses.dataclass(eq=False)
@@ -168,6 +168,12 @@ def spatial_sizes(
         )
     first, stop = split(len(shape), nd, int(channels_last))
     spatial = tuple(shape[first:stop])
+    if not all(isinstance(size, int) for size in spatial):
+        raise ValueError(
+            f"{name}: the spatial sizes of `x` must be static ints (they fix every "
+            f"window); only the batch and channel axes may be symbolic, "
+            f"got shape {shape}"
+        )
     if min(spatial) < 1:
         raise ValueError(
             f"{name}: spatial sizes of `x` must be >= 1, got shape {shape}"
@@ -305,7 +311,7 @@ def int_tuple(name: str, arg: str, value: Any, nd: int) -> tuple[int, ...]:
 
 
 def check_algorithm(name: str, value: Any) -> Algorithm:
-    """A backward algorithm name: ``"scatter"`` or ``"gather"``."""
+    """A backward algorithm name: ``"auto"``, ``"scatter"`` or ``"gather"``."""
     for algorithm in ALGORITHMS:
         if isinstance(value, str) and value == algorithm:
             return algorithm

@@ -22,8 +22,8 @@ import numpy as np
 # whole array that the CPU scatter forms (see ``_planes``).
 INT32_MAX = 2**31 - 1
 
-Algorithm = Literal["scatter", "gather"]
-ALGORITHMS: tuple[Algorithm, ...] = ("scatter", "gather")
+Algorithm = Literal["auto", "scatter", "gather"]
+ALGORITHMS: tuple[Algorithm, ...] = ("auto", "scatter", "gather")
 
 
 class AxisWindows(NamedTuple):
@@ -164,8 +164,9 @@ def adaptive_axis(size: int, out: int) -> AxisWindows:
     starts, ends = adaptive_bounds(size, out)
     widths = {e - s for s, e in zip(starts, ends, strict=True)}
     taps = max(widths)
-    step = starts[1] - starts[0] if out > 1 else 1
-    # step 0: more outputs than inputs, the first two windows equal (size 1).
+    # One window steps over the whole axis; step 0: more outputs than inputs,
+    # the first two windows equal (size 1).
+    step = starts[1] - starts[0] if out > 1 else size
     if len(widths) == 1 and step and starts == tuple(range(0, out * step, step)):
         return AxisWindows(size, out, taps, stride=step)
     return AxisWindows(size, out, taps, starts=starts, ends=ends)

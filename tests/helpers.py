@@ -7,6 +7,7 @@ import os
 import zlib
 
 import jax
+import jax.extend
 import ml_dtypes
 import numpy as np
 import pytest
@@ -123,3 +124,44 @@ def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
     checks = verify.compare(forward, backward, x, want, g, nd, exact=True).checks
     failed = [f"{c.name}: {c.error:g} {c.where}" for c in checks if not c.passed]
     assert not failed, failed
+
+
+@contextlib.contextmanager
+def platform_forms(which: str):
+    """Every kernel in its ``which`` (``"cpu"`` or ``"default"``, the
+    accelerators') form, whatever the platform: the seam's ``by_platform``
+    emits that form alone. JAX's caches are cleared on entry and exit, so no
+    program traced inside is reused outside, nor the other way round."""
+    from jaxpool import _platform
+
+    original = _platform.by_platform
+
+    def by_platform(emit, *args, **forms):
+        return emit(forms[which])(*args)
+
+    jax.clear_caches()
+    _platform.by_platform = by_platform
+    try:
+        yield
+    finally:
+        _platform.by_platform = original
+        jax.clear_caches()
+
+
+def count_primitive(closed_jaxpr, name: str) -> int:
+    """How many equations of primitive ``name`` a jaxpr holds, sub-jaxprs
+    (jitted calls, loop and branch bodies) included."""
+
+    def walk(jaxpr) -> int:
+        count = 0
+        for eqn in jaxpr.eqns:
+            count += eqn.primitive.name == name
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (list, tuple)) else [param]:
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        count += walk(sub.jaxpr)
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        count += walk(sub)
+        return count
+
+    return walk(closed_jaxpr.jaxpr)

@@ -68,8 +68,14 @@ def test_windows_follow_the_exact_integer_formula():
 
 
 def test_integer_ratio_is_a_plain_strided_pool():
-    # Uniform windows reuse the strided-slice path: the only gather left in the
-    # CPU program is the read-back of the values at the chosen indices.
+    # Uniform windows (one size, one step) are a strided pool and take its
+    # path; others take two sizes and are picked by slicing. Either way the
+    # only gather in the CPU program is the read-back of the values.
+    from jaxpool._windows import adaptive_axis
+
+    assert adaptive_axis(56, 7)._replace(size=0) == (0, 7, 8, 8, 0, 1, (), ())
+    assert not adaptive_axis(50, 7).starts  # size 8, step 7
+    assert adaptive_axis(56, 6).starts == (0, 9, 18, 28, 37, 46)
     x = jnp.zeros((2, 3, 56, 56))
 
     def gathers(output_size):
@@ -77,8 +83,7 @@ def test_integer_ratio_is_a_plain_strided_pool():
         lowered = f.trace(x).lower(lowering_platforms=("cpu",))
         return lowered.as_text().count('"stablehlo.gather"')
 
-    assert gathers(7) == 1
-    assert gathers((7, 6)) > 1  # 56 -> 6 starts 0, 9, 18, 28: per-window taps
+    assert gathers(7) == gathers((7, 6)) == 1
 
 
 def test_large_plane_beyond_float32_window_arithmetic():

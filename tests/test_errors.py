@@ -262,7 +262,7 @@ def test_adaptive_bad_backward_arrays(grad_output, indices, exc, pattern, jit):
 def test_bad_algorithm():
     g = jnp.zeros((1, 2, 2, 2, 2))
     i = g.astype(jnp.int32)
-    pattern = r"`algorithm` must be one of \('scatter', 'gather'\), got 'fast'"
+    pattern = r"`algorithm` must be one of \('auto', 'scatter', 'gather'\), got 'fast'"
     with _raises(ValueError, FWD, pattern):
         jaxpool.max_pool3d_with_argmax(X, 2, algorithm="fast")
     with _raises(ValueError, BWD, pattern):

@@ -285,8 +285,11 @@ def test_backward_ops_under_grad(op, algorithm):
     assert_same(grad, want.reshape(values.shape))
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", [*ALGORITHMS, "auto"])
 def test_gather_algorithm_has_no_scatter(op, algorithm):
+    """``"gather"`` lowers to no scatter at all; ``"scatter"`` to one; the
+    default ``"auto"`` to the scatter here, where windows overlap (and in the
+    standalone backward, whose indices may come from anywhere)."""
     x = jnp.asarray(
         make_input(np.random.default_rng(12), op.shape, "float32", "random")
     )
@@ -296,8 +299,52 @@ def test_gather_algorithm_has_no_scatter(op, algorithm):
         jax.grad(lambda x: jnp.sum(op.forward(x, algorithm=algorithm)[0] ** 2))
     )
     for hlo in (bwd.lower(values, indices).as_text(), step.lower(x).as_text()):
-        assert ("scatter" in hlo) == (algorithm == "scatter")
+        assert ("scatter" in hlo) == (algorithm != "gather")
     assert_same(bwd(values, indices), op.backward(values, x, indices))
+
+
+@pytest.mark.parametrize(
+    "shape, pool",
+    [
+        ((2, 3, 6, 6, 6), lambda x, **kw: jaxpool.max_pool3d_with_argmax(x, 2, **kw)),
+        (
+            (2, 3, 6, 9),
+            lambda x, **kw: jaxpool.max_pool2d_with_argmax(x, (2, 3), (3, 3), **kw),
+        ),
+        (
+            (2, 3, 6, 6, 4),
+            lambda x, **kw: jaxpool.adaptive_max_pool3d(x, (2, 3, 1), **kw),
+        ),
+    ],
+    ids=["k2-s2", "k2x3-s3", "adaptive-integer-ratio"],
+)
+def test_auto_gradient_of_disjoint_windows_is_a_select(shape, pool):
+    """Where no two windows share an input element, ``jax.grad`` with the
+    default ``"auto"`` is the elementwise select: no scatter in the program,
+    and the scatter's bits."""
+    x = jnp.asarray(make_input(np.random.default_rng(13), shape, "float32", "ties"))
+
+    def grad(algorithm):
+        loss = lambda x: jnp.sum(pool(x, algorithm=algorithm)[0] ** 2)  # noqa: E731
+        return jax.jit(jax.grad(loss))
+
+    assert "scatter" not in grad("auto").lower(x).as_text()
+    assert "scatter" in grad("scatter").lower(x).as_text()
+    assert_same(grad("auto")(x), grad("scatter")(x))
+
+
+def test_auto_standalone_backward_honours_any_index():
+    """The standalone backward's indices may come from anywhere, so ``"auto"``
+    is the scatter there, even for disjoint windows: an in-plane index outside
+    its own window still gets its gradient (the select would drop it)."""
+    x = jnp.zeros((1, 1, 4, 4))
+    indices = jnp.array([[[[15, 0], [0, 0]]]])  # window (0, 0) points at 15
+    g = jnp.ones((1, 1, 2, 2))
+    auto = jaxpool.max_pool2d_with_argmax_backward(g, x, indices, 2)
+    gather = jaxpool.max_pool2d_with_argmax_backward(
+        g, x, indices, 2, algorithm="gather"
+    )
+    assert auto[0, 0, 3, 3] == 1 and gather[0, 0, 3, 3] == 0
 
 
 def test_traced_window_argument_raises_helpful_type_error():
