@@ -27,6 +27,10 @@ import numpy as np
 # Where torch's tensors live ("cpu" or "cuda"), set by --torch-device; CUDA
 # calls are asynchronous, so timing waits for them.
 TORCH = {"device": "cpu", "sync": None}
+# jaxpool's implementations to time, set by --implementations: "xla" (the
+# default's, until a GPU run measures Pallas faster) and "pallas" (the Triton
+# kernels; on CPU their interpreter, which only checks that the script runs).
+IMPLEMENTATIONS = ["xla"]
 
 
 class Timing(NamedTuple):
@@ -115,10 +119,11 @@ def bench_op(
 ) -> list[dict[str, Any]]:
     """All figures of one op on one input.
 
-    ``pool(x, algorithm=...) -> (values, indices)`` and ``backward(g, x_struct,
-    indices, algorithm=...)`` are jaxpool's; ``torch_pool(xt)`` and
-    ``torch_backward(gt, xt, it)`` torch's; ``baseline_pool(x) -> values`` is a
-    JAX-autodiff baseline for the train step (None: no such figure).
+    ``pool(x, **kw) -> (values, indices)`` and ``backward(g, x_struct,
+    indices, **kw)`` are jaxpool's (``kw``: ``algorithm``, ``implementation``);
+    ``torch_pool(xt)`` and ``torch_backward(gt, xt, it)`` torch's;
+    ``baseline_pool(x) -> values`` is a JAX-autodiff baseline for the train
+    step (None: no such figure).
     """
     rng = np.random.default_rng(0)
     x = jnp.asarray(x_np)
@@ -156,6 +161,15 @@ def bench_op(
     bwd_fns: dict[str, Callable[[], Any]] = {
         f"jaxpool {a}": (lambda a=a: bwd[a](g, indices)) for a in bwd
     }
+    step_fns: dict[str, Callable[[], Any]] = {}
+    if "pallas" in IMPLEMENTATIONS:
+        pallas = dict(implementation="pallas")
+        fwd_pallas = jax.jit(lambda x: pool(x, **pallas))
+        bwd_pallas = jax.jit(
+            lambda g, i: backward(g, x_struct, i, algorithm="gather", **pallas)
+        )
+        fwd_fns["jaxpool pallas"] = lambda: fwd_pallas(x)
+        bwd_fns["jaxpool pallas"] = lambda: bwd_pallas(g, indices)
     if torch is not None and torch_pool is not None and torch_backward is not None:
         xt = torch.from_numpy(x_np).to(TORCH["device"])
         _, it = torch_pool(xt)
@@ -185,9 +199,14 @@ def bench_op(
 
         step = step_of(lambda x: pool(x)[0])
         step_rw = step_of(baseline_pool)
+        step_fns["jaxpool"] = lambda: step(x, g)
+        if "pallas" in IMPLEMENTATIONS:
+            step_pallas = step_of(lambda x: pool(x, implementation="pallas")[0])
+            step_fns["jaxpool pallas"] = lambda: step_pallas(x, g)
+        step_fns["lax.reduce_window"] = lambda: step_rw(x, g)
         figure(
             "train step",
-            {"jaxpool": lambda: step(x, g), "lax.reduce_window": lambda: step_rw(x, g)},
+            step_fns,
             "lax.reduce_window",
             nbytes(x, values, indices, g, indices, x),
         )
@@ -282,7 +301,13 @@ def main(
         help="the accelerator shapes (hundreds of MB: small ones only time launches)",
     )
     parser.add_argument("--torch-device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--implementations",
+        default="xla",
+        help="jaxpool's implementations to time, comma-separated: xla, pallas",
+    )
     args = parser.parse_args(argv)
+    IMPLEMENTATIONS[:] = args.implementations.split(",")
     torch = None
     if not args.no_torch:
         try:

@@ -44,12 +44,8 @@ def cases(shapes, dtype, reps, torch, bandwidth):
         rows += bench_op(
             f"{'x'.join(map(str, shape))} -> {out[0]}x{out[1]}",
             x,
-            lambda x, algorithm="scatter", out=out: jaxpool.adaptive_max_pool2d(
-                x, out, algorithm=algorithm
-            ),
-            lambda g, x, i, algorithm: jaxpool.adaptive_max_pool2d_backward(
-                g, x, i, algorithm=algorithm
-            ),
+            lambda x, out=out, **kw: jaxpool.adaptive_max_pool2d(x, out, **kw),
+            jaxpool.adaptive_max_pool2d_backward,
             lambda xt, out=out: torch.nn.functional.adaptive_max_pool2d(
                 xt, out, return_indices=True
             ),

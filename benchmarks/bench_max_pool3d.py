@@ -70,13 +70,11 @@ def cases(shapes, dtype, reps, torch, bandwidth):
         rows += bench_op(
             f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
             x,
-            lambda x, algorithm="scatter", k=k, s=s, p=p: (
-                jaxpool.max_pool3d_with_argmax(x, k, s, p, algorithm=algorithm)
+            lambda x, k=k, s=s, p=p, **kw: jaxpool.max_pool3d_with_argmax(
+                x, k, s, p, **kw
             ),
-            lambda g, x, i, algorithm, k=k, s=s, p=p: (
-                jaxpool.max_pool3d_with_argmax_backward(
-                    g, x, i, k, s, p, algorithm=algorithm
-                )
+            lambda g, x, i, k=k, s=s, p=p, **kw: (
+                jaxpool.max_pool3d_with_argmax_backward(g, x, i, k, s, p, **kw)
             ),
             lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
                 xt, k, s, p, return_indices=True
@@ -130,9 +128,7 @@ def extra_rows():
 
 
 def main(argv=None):
-    _timing.main(
-        __doc__.split("\n")[0], cases, SHAPES, QUICK, argv, extra_rows, LARGE
-    )
+    _timing.main(__doc__.split("\n")[0], cases, SHAPES, QUICK, argv, extra_rows, LARGE)
 
 
 if __name__ == "__main__":

@@ -1,32 +1,78 @@
 #!/usr/bin/env bash
-# The accelerator check, one prepared run (the H200 machine: jax 0.11 with CUDA,
-# torch 2.11, no network, so nothing is installed: PYTHONPATH=. instead).
+# The GPU check: one prepared run answers everything, within 9 minutes (each
+# step has its own time limit, together 8.9 minutes, so a slow step costs only
+# itself) on
+# the lent H200 (jax 0.11 with CUDA, torch 2.11, no network: nothing is
+# installed, PYTHONPATH=. instead).
 #
 #   OUT=gpu_out bash benchmarks/gpu_check.sh
 #
-# Oracle tests and `python -m jaxpool.verify --device gpu`, then both benchmark
-# scripts on large shapes against torch CUDA. Logs and JSON go under $OUT.
+# Writes 7 files under $OUT (the device tool returns at most 8):
+#   summary.txt          the machine, then the tests on the GPU: the Pallas
+#                        kernels compiled (tests/test_pallas.py) and the oracle
+#                        grids of XLA's accelerator forms, natively there
+#                        (tests/test_accelerator_forms.py)
+#   gpu_max_pool3d.txt   xla vs pallas vs torch CUDA on the large shapes, with %
+#   gpu_max_pool3d.json  of a measured device copy's bandwidth (and the JSON)
+#   gpu_adaptive.txt     the same for the adaptive pools
+#   gpu_adaptive.json
+#   reproducibility.txt  each backward run 20 times: distinct results
+#   profile.txt          per-kernel time of each contender (jaxpool xla,
+#                        jaxpool pallas, torch CUDA)
+#
+# GPU_CHECK_DRY=1 runs every step on tiny shapes and the CPU (Pallas's
+# interpreter, torch CPU): a check that the script itself works, in CI.
 set -uo pipefail
+cd "$(dirname "$0")/.."
 out="${OUT:-gpu_out}"
 mkdir -p "$out"
-export PYTHONPATH=. PYTHONUNBUFFERED=1
+export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+summary="$out/summary.txt"
+: >"$summary"
+
+if [ "${GPU_CHECK_DRY:-0}" = 1 ]; then
+  size=(--quick) device=cpu runs=3 calls=2
+  tests=(tests/test_pallas.py -k "bad_implementation or none_is_xla")
+else
+  size=(--large) device=cuda runs=20 calls=10
+  tests=(tests/test_pallas.py tests/test_accelerator_forms.py -k "not sweep")
+fi
+
+step() { echo "== $1 ($(date +%T))" | tee -a "$summary"; }
+
+step "machine"
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3
   python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices(), 'torch', torch.__version__)"
-} 2>&1 | tee "$out/machine.txt"
+} 2>&1 | tee -a "$summary"
 
-echo "== tests on the GPU"
-timeout 170 python3 -m pytest -q -x -p no:cacheprovider \
-  tests/test_max_pool3d.py tests/test_family.py tests/test_unpool.py \
-  tests/test_adaptive.py 2>&1 | tail -n 15 | tee "$out/tests.txt"
+step "tests on the device"
+timeout 220 python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+  --maxfail=20 "${tests[@]}" 2>&1 | tail -n 30 | tee -a "$summary"
 
-echo "== verify"
-timeout 100 python3 -m jaxpool.verify --quick --device gpu --json "$out/verify.json" \
-  2>&1 | tail -n 4 | tee "$out/verify.txt"
+step "benchmarks: max_pool3d"
+timeout 120 python3 benchmarks/bench_max_pool3d.py "${size[@]}" \
+  --torch-device "$device" --implementations xla,pallas --reps 20 \
+  --json "$out/gpu_max_pool3d.json" >"$out/gpu_max_pool3d.txt" 2>&1
+tail -n 2 "$out/gpu_max_pool3d.txt" | tee -a "$summary"
 
-echo "== benchmarks"
-timeout 150 python3 benchmarks/bench_max_pool3d.py --large --torch-device cuda \
-  --reps 20 --json "$out/gpu_max_pool3d.json" 2>&1 | tee "$out/gpu_max_pool3d.txt"
-timeout 100 python3 benchmarks/bench_adaptive_max_pool2d.py --large \
-  --torch-device cuda --reps 20 --json "$out/gpu_adaptive.json" 2>&1 \
-  | tee "$out/gpu_adaptive.txt"
+step "benchmarks: adaptive_max_pool2d"
+timeout 80 python3 benchmarks/bench_adaptive_max_pool2d.py "${size[@]}" \
+  --torch-device "$device" --implementations xla,pallas --reps 20 \
+  --json "$out/gpu_adaptive.json" >"$out/gpu_adaptive.txt" 2>&1
+tail -n 2 "$out/gpu_adaptive.txt" | tee -a "$summary"
+
+step "reproducibility of every backward"
+timeout 50 python3 benchmarks/reproducibility.py "${size[@]}" \
+  --torch-device "$device" --runs "$runs" >"$out/reproducibility.txt" 2>&1
+tail -n 2 "$out/reproducibility.txt" | tee -a "$summary"
+
+step "per-kernel profiles"
+for implementation in pallas xla; do
+  torch=()
+  [ "$implementation" = pallas ] && torch=(--torch "$device")
+  timeout 35 python3 benchmarks/profile_ops.py "${size[@]}" --calls "$calls" \
+    --implementation "$implementation" "${torch[@]}" >>"$out/profile.txt" 2>&1
+done
+tail -n 2 "$out/profile.txt" | tee -a "$summary"
+step "done"

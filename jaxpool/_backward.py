@@ -49,15 +49,25 @@ def gather_sum(
       ``(*B, *S, *T)`` gradient in ``x.dtype``, accumulated in
       :func:`accumulation_dtype`.
     """
+    total = covering_sum(grad_output, indices, x, spec, sharding)
+    return add_aliased(total, grad_output, indices, x, spec, sharding)
+
+
+def covering_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any = None,
+) -> jax.Array:
+    """:func:`gather_sum` over the windows that cover each element, in the
+    accumulation dtype, before the aliased empty windows."""
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     batch, _ = split(grad_output.ndim, nd, trail)
     acc = accumulation_dtype(x.dtype)
     grads = grad_output.astype(acc)
-    index_dtype = jnp.promote_types(indices.dtype, jnp.int32)
-    indices = indices.astype(index_dtype)
-    here = flat_offsets([np.arange(n) for n in spec.in_size], spec.in_size, trail)
-    here = here.astype(index_dtype)
-    here = jnp.broadcast_to(here, x.shape, out_sharding=sharding)
+    indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+    here = _positions(indices.dtype, x, spec, sharding)
     tables = [w.covering() for w in axes]
     total = jnp.zeros(x.shape, acc, out_sharding=sharding)
     for slots in itertools.product(*(range(len(t)) for t in tables)):
@@ -66,15 +76,43 @@ def gather_sum(
             g = _spread(g, batch + a, w, table[m], 0)
             i = _spread(i, batch + a, w, table[m], -1)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
-    table = _alias_table(axes)
-    if table is not None:  # windows with no in-bounds tap whose index aliases
-        flat_g, flat_i = _flatten(grads, nd, trail), _flatten(indices, nd, trail)
+    return total
+
+
+def add_aliased(
+    total: jax.Array,
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any = None,
+) -> jax.Array:
+    """``total`` (a covering sum), plus the gradients of the windows with no
+    in-bounds tap whose index lands outside their own span (see
+    :func:`_alias_table`), rounded once to ``x.dtype``."""
+    table = _alias_table(spec.axes)
+    if table is not None:
+        nd, trail = spec.nd, spec.trail
+        batch, _ = split(grad_output.ndim, nd, trail)
+        indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+        here = _positions(indices.dtype, x, spec, sharding)
+        flat_g = _flatten(grad_output.astype(total.dtype), nd, trail)
+        flat_i = _flatten(indices, nd, trail)
         for row in table:
             g = jnp.take(flat_g, row, axis=batch, mode="fill", fill_value=0)
             i = jnp.take(flat_i, row, axis=batch, mode="fill", fill_value=-1)
             g, i = g.reshape(x.shape), i.reshape(x.shape)
-            total = total + jnp.where(i == here, g, jnp.zeros((), acc))
+            total = total + jnp.where(i == here, g, jnp.zeros((), total.dtype))
     return total.astype(x.dtype)
+
+
+def _positions(
+    dtype: Any, x: jax.ShapeDtypeStruct, spec: PoolSpec, sharding: Any
+) -> jax.Array:
+    """Each input element's own flat offset in its plane, broadcast to ``x``."""
+    in_size = spec.in_size
+    here = flat_offsets([np.arange(n) for n in in_size], in_size, spec.trail)
+    return jnp.broadcast_to(here.astype(dtype), x.shape, out_sharding=sharding)
 
 
 def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:

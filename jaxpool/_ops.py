@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 
 from . import _core, _spec
 from ._spec import AdaptiveArgs, IntOrSeq, OutputSize, Padding, PoolArgs
-from ._windows import Algorithm, with_spatial
+from ._windows import Algorithm, Implementation, with_spatial
 
 
 def _forward(nd: int, x: ArrayLike, args: PoolArgs) -> tuple[jax.Array, jax.Array]:
@@ -65,6 +65,7 @@ def max_pool3d_with_argmax(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """3-D max pooling that also returns the argmax of every window.
 
@@ -106,6 +107,12 @@ def max_pool3d_with_argmax(
         elementwise select (the ``"gather"`` algorithm: same bits, no scatter);
         elsewhere ``"scatter"``. ``"scatter"`` or ``"gather"`` (deterministic)
         force one; see [`jaxpool.max_pool3d_with_argmax_backward`][].
+      implementation: the kernels. ``None`` (default): the platform's
+        choice, XLA's everywhere until a GPU measurement shows Pallas
+        faster (see the docs' performance page). ``"xla"``: XLA's
+        programs. ``"pallas"``: jaxpool's Triton kernels, on an NVIDIA GPU
+        (Ampere or newer), or interpreted on a CPU (slow; for tests); with
+        ``"auto"`` their deterministic backward runs in ``jax.grad``.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` (``(C, oD, oH, oW)`` for
@@ -139,6 +146,7 @@ def max_pool3d_with_argmax(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _forward(3, x, args)
 
@@ -155,6 +163,7 @@ def max_pool3d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool3d_with_argmax`][] with respect to ``x``.
@@ -191,6 +200,9 @@ def max_pool3d_with_argmax_backward(
         scatter here, since these indices may come from anywhere; in
         ``jax.grad`` of the forward, whose indices are its own, it is the
         elementwise select for disjoint windows.
+      implementation: ``None``, ``"xla"`` or ``"pallas"``, as in the
+        forward; Pallas implements the ``"gather"`` algorithm (the
+        scatter is XLA's either way).
       check_indices: also check that every index lies in ``[0, D * H * W)``,
         with ``jax.experimental.checkify``: wrap the caller in
         ``checkify.checkify`` (``jit`` inside or out) and throw the error it
@@ -223,6 +235,7 @@ def max_pool3d_with_argmax_backward(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _backward(3, grad_output, x, indices, args, check_indices)
 
@@ -237,6 +250,7 @@ def max_pool2d_with_argmax(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """2-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over
     ``(H, W)``.
@@ -256,6 +270,8 @@ def max_pool2d_with_argmax(
       ceil_mode: round the output size up.
       channels_last: channels in the last axis.
       algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` in ``x``'s layout; indices
@@ -276,6 +292,7 @@ def max_pool2d_with_argmax(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _forward(2, x, args)
 
@@ -292,6 +309,7 @@ def max_pool2d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool2d_with_argmax`][]; see
@@ -309,6 +327,8 @@ def max_pool2d_with_argmax_backward(
       channels_last: as in the forward.
       algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
         (deterministic).
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -323,6 +343,7 @@ def max_pool2d_with_argmax_backward(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _backward(2, grad_output, x, indices, args, check_indices)
 
@@ -337,6 +358,7 @@ def max_pool1d_with_argmax(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """1-D max pooling with argmax: [`jaxpool.max_pool3d_with_argmax`][] over ``L``.
 
@@ -353,6 +375,8 @@ def max_pool1d_with_argmax(
       ceil_mode: round the output size up.
       channels_last: channels in the last axis.
       algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout; indices
@@ -373,6 +397,7 @@ def max_pool1d_with_argmax(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _forward(1, x, args)
 
@@ -389,6 +414,7 @@ def max_pool1d_with_argmax_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.max_pool1d_with_argmax`][]; see
@@ -406,6 +432,8 @@ def max_pool1d_with_argmax_backward(
       channels_last: as in the forward.
       algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
         (deterministic).
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -420,6 +448,7 @@ def max_pool1d_with_argmax_backward(
         ceil_mode,
         channels_last=channels_last,
         algorithm=algorithm,
+        implementation=implementation,
     )
     return _backward(1, grad_output, x, indices, args, check_indices)
 
@@ -569,6 +598,7 @@ def adaptive_max_pool2d(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """2-D adaptive max pooling that also returns the argmax of every window.
 
@@ -597,6 +627,8 @@ def adaptive_max_pool2d(
         the scatter; adaptive windows that do not overlap are a strided pool,
         and get its elementwise select), ``"scatter"`` or ``"gather"``
         (deterministic); see [`jaxpool.adaptive_max_pool2d_backward`][].
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
@@ -617,7 +649,12 @@ def adaptive_max_pool2d(
       >>> values.tolist(), indices.tolist()
       ([[[5.0, 6.0]]], [[[1, 5]]])
     """
-    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    args = AdaptiveArgs(
+        output_size,
+        channels_last=channels_last,
+        algorithm=algorithm,
+        implementation=implementation,
+    )
     return _adaptive_forward(2, x, args)
 
 
@@ -628,6 +665,7 @@ def adaptive_max_pool2d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool2d`][] with respect to ``x``.
@@ -650,6 +688,8 @@ def adaptive_max_pool2d_backward(
         ``"gather"``: bitwise reproducible on every backend, no scatter; it
         counts an index only inside its own window (true of the forward's
         indices). See [`jaxpool.max_pool3d_with_argmax_backward`][].
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
       check_indices: a ``checkify`` check that every index lies in ``[0, H *
         W)``; see [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -672,7 +712,7 @@ def adaptive_max_pool2d_backward(
     name = "adaptive_max_pool2d_backward"
     grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
-        name, 2, grad_output, x, indices, channels_last, algorithm
+        name, 2, (grad_output, x, indices), channels_last, algorithm, implementation
     )
     return _core.backward(name, grad_output, indices, x, spec, check_indices)
 
@@ -683,6 +723,7 @@ def adaptive_max_pool3d(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """3-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
     ``(D, H, W)``.
@@ -696,6 +737,8 @@ def adaptive_max_pool3d(
       output_size: an int, or 3 entries each an int >= 1 or ``None``.
       channels_last: channels in the last axis.
       algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` in ``x``'s layout;
@@ -708,7 +751,12 @@ def adaptive_max_pool3d(
       >>> values.tolist(), indices.tolist()
       ([[[[21.0, 23.0]]]], [[[[21, 23]]]])
     """
-    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    args = AdaptiveArgs(
+        output_size,
+        channels_last=channels_last,
+        algorithm=algorithm,
+        implementation=implementation,
+    )
     return _adaptive_forward(3, x, args)
 
 
@@ -719,6 +767,7 @@ def adaptive_max_pool3d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool3d`][]; see
@@ -732,6 +781,8 @@ def adaptive_max_pool3d_backward(
       channels_last: as in the forward.
       algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
         (deterministic).
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -741,7 +792,7 @@ def adaptive_max_pool3d_backward(
     name = "adaptive_max_pool3d_backward"
     grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
-        name, 3, grad_output, x, indices, channels_last, algorithm
+        name, 3, (grad_output, x, indices), channels_last, algorithm, implementation
     )
     return _core.backward(name, grad_output, indices, x, spec, check_indices)
 
@@ -752,6 +803,7 @@ def adaptive_max_pool1d(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """1-D adaptive max pooling with argmax: [`jaxpool.adaptive_max_pool2d`][] over
     ``L``.
@@ -764,6 +816,8 @@ def adaptive_max_pool1d(
       output_size: an int >= 1, or a 1-sequence of one (or ``None``).
       channels_last: channels in the last axis.
       algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
 
     Returns:
       ``(values, indices)``, each ``(N, C, oL)`` in ``x``'s layout.
@@ -775,7 +829,12 @@ def adaptive_max_pool1d(
       >>> values.tolist(), indices.tolist()
       ([[4.0, 5.0]], [[2, 4]])
     """
-    args = AdaptiveArgs(output_size, channels_last=channels_last, algorithm=algorithm)
+    args = AdaptiveArgs(
+        output_size,
+        channels_last=channels_last,
+        algorithm=algorithm,
+        implementation=implementation,
+    )
     return _adaptive_forward(1, x, args)
 
 
@@ -786,6 +845,7 @@ def adaptive_max_pool1d_backward(
     *,
     channels_last: bool = False,
     algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
     check_indices: bool = False,
 ) -> jax.Array:
     """Gradient of [`jaxpool.adaptive_max_pool1d`][]; see
@@ -798,6 +858,8 @@ def adaptive_max_pool1d_backward(
       channels_last: as in the forward.
       algorithm: ``"auto"`` (the scatter), ``"scatter"`` or ``"gather"``
         (deterministic).
+      implementation: ``None``, ``"xla"`` or ``"pallas"``; see
+        [`jaxpool.max_pool3d_with_argmax`][].
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
 
@@ -807,6 +869,6 @@ def adaptive_max_pool1d_backward(
     name = "adaptive_max_pool1d_backward"
     grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
-        name, 1, grad_output, x, indices, channels_last, algorithm
+        name, 1, (grad_output, x, indices), channels_last, algorithm, implementation
     )
     return _core.backward(name, grad_output, indices, x, spec, check_indices)

@@ -6,6 +6,13 @@ platform and hands it over through :func:`by_platform`, jaxpool's only use of
 ``lax.platform_dependent``; it alone asks whether a mesh is in context. A new
 kernel is a new module and a new entry here.
 
+The implementation (``implementation=``): ``"xla"``, the forms below, or
+``"pallas"``, the Triton kernels of ``_pallas`` (compiled on GPU, interpreted
+on CPU for tests). ``None`` picks per platform (:func:`implementation`), at
+trace time and never inside ``lax.platform_dependent``: a multi-platform
+``jax.export`` lowers every branch for every platform, and a Pallas GPU
+kernel cannot be lowered for a CPU.
+
 The CPU forms (why each exists, and what it measured, is in the performance
 docs): the passes and indices computed into their own buffers
 (``_fusion.materialize``), a strided minor axis read from a phase-split copy,
@@ -26,8 +33,8 @@ import jax
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from . import _backward, _planes, _scan
-from ._windows import INT32_MAX, PoolSpec, split
+from . import _backward, _pallas, _planes, _scan
+from ._windows import INT32_MAX, Implementation, PoolSpec, split
 
 Form = TypeVar("Form")
 
@@ -70,8 +77,28 @@ def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
     return NamedSharding(mesh, PartitionSpec(*new))
 
 
+# The kernels for which an H200 run measured Pallas faster than XLA's forms,
+# so that implementation=None takes Pallas there on a GPU: none yet (the
+# kernels are verified on CPU, in interpret mode, but unmeasured on a GPU).
+PALLAS_ON_GPU: frozenset[str] = frozenset()
+
+
+def implementation(spec: PoolSpec, kernel: str) -> Implementation:
+    """The implementation of ``kernel`` (``"forward"`` or ``"backward"``) that
+    runs: the spec's, or for ``None`` Pallas where :data:`PALLAS_ON_GPU` names
+    the kernel and JAX's default backend is a GPU, XLA elsewhere."""
+    if spec.implementation is not None:
+        return spec.implementation
+    on_gpu = jax.default_backend() == "gpu"
+    return "pallas" if on_gpu and kernel in PALLAS_ON_GPU else "xla"
+
+
 def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     """The forward kernel's ``(values, indices)``, in each platform's form."""
+    if implementation(spec, "forward") == "pallas":
+        return by_platform(
+            _pallas_form(_pallas.forward, spec), x, cpu=True, default=False
+        )
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
     phases = _scan.splits_phases(spec.axes, spec.trail)
     cpu = _scan.ScanForm(materialize=not under_mesh(x), phases=phases, read_back=True)
@@ -97,8 +124,12 @@ def algorithm(spec: PoolSpec, own_indices: bool) -> str:
     the scatter, without one), the scatter elsewhere."""
     if spec.algorithm != "auto":
         return spec.algorithm
+    if not own_indices:
+        return "scatter"
+    # Pallas's backward is the deterministic one, fast where windows overlap.
     disjoint = all(w.disjoint for w in spec.axes)
-    return "gather" if own_indices and disjoint else "scatter"
+    pallas = implementation(spec, "backward") == "pallas"
+    return "gather" if disjoint or pallas else "scatter"
 
 
 def backward(
@@ -112,6 +143,9 @@ def backward(
     spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
     the forward's, as in its VJP), in each platform's form."""
     if algorithm(spec, own_indices) == "gather":
+        if implementation(spec, "backward") == "pallas":
+            emit = _pallas_form(_pallas_gather_sum, spec, x)
+            return by_platform(emit, grad_output, indices, cpu=True, default=False)
         sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
         return _backward.gather_sum(grad_output, indices, x, spec, sharding)
     layout = dict(x=x, nd=spec.nd, trail=spec.trail)
@@ -144,3 +178,25 @@ def _scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array
         )
 
     return by_platform(emit, updates, indices, cpu=flat, default=False)
+
+
+def _pallas_form(kernel: Callable[..., Any], *static: Any) -> Callable[[bool], Any]:
+    """A Pallas kernel's form per platform: interpreted (``True``) on CPU,
+    compiled for the GPU elsewhere."""
+
+    def emit(interpret: bool) -> Callable[..., Any]:
+        return lambda *arrays: kernel(*arrays, *static, interpret=interpret)
+
+    return emit
+
+
+def _pallas_gather_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    spec: PoolSpec,
+    x: jax.ShapeDtypeStruct,
+    interpret: bool,
+) -> jax.Array:
+    """The ``"gather"`` backward with Pallas's covering sum."""
+    total: jax.Array = _pallas.covering_sum(grad_output, indices, x, spec, interpret)
+    return _backward.add_aliased(total, grad_output, indices, x, spec)

@@ -24,9 +24,11 @@ from jax.experimental import checkify
 
 from ._windows import (
     ALGORITHMS,
+    IMPLEMENTATIONS,
     INT32_MAX,
     Algorithm,
     AxisWindows,
+    Implementation,
     PoolSpec,
     adaptive_axis,
     pool_output_size,
@@ -73,6 +75,7 @@ class PoolArgs:
     ceil_mode: bool = static_field(False)
     channels_last: bool = static_field(False, kw_only=True)
     algorithm: Algorithm = static_field("auto", kw_only=True)
+    implementation: Implementation | None = static_field(None, kw_only=True)
 
 
 @dataclasses.dataclass(eq=False)
@@ -84,6 +87,7 @@ class AdaptiveArgs:
     output_size: OutputSize = static_field()
     channels_last: bool = static_field(False, kw_only=True)
     algorithm: Algorithm = static_field("auto", kw_only=True)
+    implementation: Implementation | None = static_field(None, kw_only=True)
 
 
 @dataclasses.dataclass(eq=False)
@@ -310,6 +314,18 @@ def int_tuple(name: str, arg: str, value: Any, nd: int) -> tuple[int, ...]:
     return ints * nd if len(ints) == 1 else ints
 
 
+def check_implementation(name: str, value: Any) -> Implementation | None:
+    """``None`` (the platform's choice), ``"xla"`` or ``"pallas"``."""
+    for implementation in (None, *IMPLEMENTATIONS):
+        if value is implementation or (
+            isinstance(value, str) and value == implementation
+        ):
+            return implementation
+    raise ValueError(
+        f"{name}: `implementation` must be None, 'xla' or 'pallas', got {value!r}"
+    )
+
+
 def check_algorithm(name: str, value: Any) -> Algorithm:
     """A backward algorithm name: ``"auto"``, ``"scatter"`` or ``"gather"``."""
     for algorithm in ALGORITHMS:
@@ -407,7 +423,9 @@ def pool_spec(name: str, nd: int, shape: tuple[int, ...], args: PoolArgs) -> Poo
         AxisWindows(*a)
         for a in zip(spatial, out, k, s, (-lo for lo, _ in p), d, strict=True)
     )
-    return PoolSpec(axes, channels_last, check_algorithm(name, args.algorithm))
+    algorithm = check_algorithm(name, args.algorithm)
+    implementation = check_implementation(name, args.implementation)
+    return PoolSpec(axes, channels_last, algorithm, implementation)
 
 
 def pool_backward_spec(
@@ -469,28 +487,35 @@ def adaptive_spec(
     spatial = spatial_sizes(name, shape, nd, channels_last)
     out = _output_size(name, nd, spatial, args.output_size)
     axes = tuple(map(adaptive_axis, spatial, out))
-    return PoolSpec(axes, channels_last, check_algorithm(name, args.algorithm))
+    algorithm = check_algorithm(name, args.algorithm)
+    implementation = check_implementation(name, args.implementation)
+    return PoolSpec(axes, channels_last, algorithm, implementation)
 
 
 def adaptive_backward_spec(
     name: str,
     nd: int,
-    grad_output: jax.Array,
-    x: jax.ShapeDtypeStruct,
-    indices: jax.Array,
+    arrays: tuple[jax.Array, jax.ShapeDtypeStruct, jax.Array],
     channels_last: Any,
     algorithm: Any,
+    implementation: Any,
 ) -> PoolSpec:
-    """Validate an adaptive backward: the pool from ``x``'s shape to the
-    spatial sizes of ``grad_output``, and ``indices`` of ``grad_output``'s
-    shape."""
+    """Validate an adaptive backward: with ``arrays`` its ``(grad_output, x,
+    indices)``, the pool from ``x``'s shape to the spatial sizes of
+    ``grad_output``, and ``indices`` of ``grad_output``'s shape."""
+    grad_output, x, indices = arrays
     channels_last = static_bool(name, "channels_last", channels_last)
     spatial = spatial_sizes(name, x.shape, nd, channels_last)
     out = pooled_spatial(name, x.shape, nd, channels_last, "grad_output", grad_output)
     of = "`grad_output`'s"
     check_shapes(name, grad_output.shape, nd, channels_last, of=of, indices=indices)
     axes = tuple(map(adaptive_axis, spatial, out))
-    return PoolSpec(axes, channels_last, check_algorithm(name, algorithm))
+    return PoolSpec(
+        axes,
+        channels_last,
+        check_algorithm(name, algorithm),
+        check_implementation(name, implementation),
+    )
 
 
 def unpool_output_size(

@@ -24,6 +24,8 @@ INT32_MAX = 2**31 - 1
 
 Algorithm = Literal["auto", "scatter", "gather"]
 ALGORITHMS: tuple[Algorithm, ...] = ("auto", "scatter", "gather")
+Implementation = Literal["xla", "pallas"]
+IMPLEMENTATIONS: tuple[Implementation, ...] = ("xla", "pallas")
 
 
 class AxisWindows(NamedTuple):
@@ -107,6 +109,7 @@ class PoolSpec(NamedTuple):
     axes: tuple[AxisWindows, ...]
     channels_last: bool
     algorithm: Algorithm
+    implementation: Implementation | None = None  # None: the platform seam's
 
     @property
     def nd(self) -> int:

@@ -115,12 +115,12 @@ ADAPTIVE = {
 }
 
 
-def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
+def _pool_cases(nd: int, quick: bool, implementation: str | None) -> Iterator[Case]:
     pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
     backward = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
     for shape, args in POOLS[nd][: 2 if quick else None]:
         k, s, p, d, ceil = (getattr(args, a) for a in _WINDOW)
-        kw = vars(args)
+        kw = {**vars(args), "implementation": implementation}
 
         def torch_fn(torch, x, nd=nd, args=(k, s, p, d, ceil)):
             f = getattr(torch.nn.functional, f"max_pool{nd}d")
@@ -140,9 +140,12 @@ def _pool_cases(nd: int, quick: bool) -> Iterator[Case]:
         )
 
 
-def _adaptive_cases(nd: int, quick: bool) -> Iterator[Case]:
+def _adaptive_cases(nd: int, quick: bool, implementation: str | None) -> Iterator[Case]:
     pool = getattr(jaxpool, f"adaptive_max_pool{nd}d")
-    backward = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
+    backward = partial(
+        getattr(jaxpool, f"adaptive_max_pool{nd}d_backward"),
+        implementation=implementation,
+    )
     for shape, args in ADAPTIVE[nd][: 2 if quick else None]:
         out = args.output_size
         full = (out,) * nd if isinstance(out, int) else tuple(out)
@@ -156,14 +159,17 @@ def _adaptive_cases(nd: int, quick: bool) -> Iterator[Case]:
             f"{'x'.join(map(str, shape))} -> {'x'.join(map(str, full))}",
             shape,
             nd,
-            lambda x, pool=pool, args=args: pool(x, **vars(args)),
+            lambda x, pool=pool, args=args: pool(
+                x, **{**vars(args), "implementation": implementation}
+            ),
             backward,
             lambda x, full=full: reference.adaptive_max_pool(x, full),
             torch_fn,
         )
 
 
-def _unpool_cases(nd: int, quick: bool) -> Iterator[Case]:
+def _unpool_cases(nd: int, quick: bool, implementation: str | None) -> Iterator[Case]:
+    del implementation  # an unpool is one scatter
     unpool = getattr(jaxpool, f"max_unpool{nd}d")
     for shape, args in POOLS[nd][: 2 if quick else None]:
         if len(shape) != nd + 2:
@@ -189,7 +195,7 @@ def _unpool_cases(nd: int, quick: bool) -> Iterator[Case]:
         )
 
 
-OPS: dict[str, Callable[[bool], Iterator[Case]]] = {
+OPS: dict[str, Callable[[bool, str | None], Iterator[Case]]] = {
     **{f"max_pool{n}d_with_argmax": partial(_pool_cases, n) for n in (1, 2, 3)},
     **{f"adaptive_max_pool{n}d": partial(_adaptive_cases, n) for n in (1, 2, 3)},
     **{f"max_unpool{n}d": partial(_unpool_cases, n) for n in (1, 2, 3)},
@@ -441,6 +447,7 @@ def run(
     quick: bool,
     use_torch: bool,
     out: Any = None,
+    implementation: str | None = None,
 ) -> list[Row]:
     """Run the checks and print the table (to ``out``, default stdout)."""
     out = out or sys.stdout
@@ -455,7 +462,7 @@ def run(
             )
     rng = np.random.default_rng(0)
     rows: list[Row] = []
-    cases = [case for op in ops for case in OPS[op](quick)]
+    cases = [case for op in ops for case in OPS[op](quick, implementation)]
     header = (
         f"{'#':>7} {'op':<24} {'config':<34} {'dtype':<9} {'check':<48} "
         f"{'error':>9}  result"
@@ -498,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument(
+        "--implementation",
+        choices=["xla", "pallas"],
+        help="jaxpool's kernels (default: the platform's choice); pallas runs its "
+        "Triton kernels on a GPU and their (slow) interpreter on a CPU",
+    )
+    parser.add_argument(
         "--device",
         help="run on this JAX platform (cpu, gpu, tpu: whatever JAX has here)",
     )
@@ -515,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             args.dtype or list(DTYPES),
             args.quick,
             not args.no_torch,
+            implementation=args.implementation,
         )
     failed = [r for r in rows if not r.passed]
     if args.json:

@@ -2,6 +2,12 @@
 and the hypothesis profiles: "ci" by default, "thorough" on request
 (``pytest tests/test_properties.py --hypothesis-profile=thorough``)."""
 
+import os
+
+# Test workers share a machine (pytest -n auto): on a GPU, none may take most
+# of its memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 import jax
 import pytest
 from hypothesis import HealthCheck, settings

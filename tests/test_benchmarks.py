@@ -1,6 +1,7 @@
 """The benchmark scripts keep working: each runs once on tiny shapes."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,10 +54,34 @@ def test_benchmark_takes_a_case_from_the_command_line(tmp_path):
 def test_profile_smoke(tmp_path):
     """The per-op profile finds XLA ops with time in every program."""
     rows = run_script(tmp_path, "profile_ops.py", "--quick", "--calls", "2")
-    assert {r["figure"] for r in rows} == {"forward", "backward", "train step"}
+    assert {r["figure"] for r in rows} == {"forward", "backward scatter", "train step"}
     assert len(rows) == 6  # one 3-D pool and one adaptive head, three programs
     for row in rows:
         assert row["wall_ms"] > 0 and row["ops"], row
         assert all(us >= 0 for _, us in row["ops"])
-    backward = next(r for r in rows if r["figure"] == "backward")
+    backward = next(r for r in rows if r["figure"] == "backward scatter")
     assert any("scatter" in op for op, _ in backward["ops"])
+
+
+def test_gpu_check_runs_dry(tmp_path):
+    """benchmarks/gpu_check.sh, the one prepared run for a lent GPU, works end
+    to end: its dry mode runs every step on tiny shapes and the CPU, and
+    writes the files the device tool can return (at most 8)."""
+    out = tmp_path / "gpu_out"
+    run = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GPU_CHECK_DRY": "1", "OUT": str(out)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8, files
+    summary = (out / "summary.txt").read_text()
+    assert "passed" in summary and "== done" in summary
+    for name in ("gpu_max_pool3d.json", "gpu_adaptive.json"):
+        rows = json.loads((out / name).read_text())["rows"]
+        assert {"jaxpool pallas", "jaxpool", "torch"} <= {r["contender"] for r in rows}
+    assert "jaxpool pallas gather" in (out / "reproducibility.txt").read_text()
+    assert "torch forward" in (out / "profile.txt").read_text()

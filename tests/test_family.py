@@ -262,7 +262,9 @@ LAYOUT_CASES = [
 
 
 @pytest.mark.parametrize("algorithm", ["scatter", "gather"])
-@pytest.mark.parametrize("name, nd, shape, op", LAYOUT_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "name, nd, shape, op", LAYOUT_CASES, ids=[case[0] for case in LAYOUT_CASES]
+)
 def test_channels_last_equals_channels_first(name, nd, shape, op, algorithm):
     """Values, indices and the gradient equal the channels-first ones up to
     moving the channel axis: indices stay plane offsets."""

@@ -148,6 +148,26 @@ def test_equinox_layers_follow_equinox_conventions(eqx):
     assert float(jnp.abs(grads.conv.weight).sum()) > 0
 
 
+def test_layers_take_every_argument_of_the_functions(eqx, nnx, linen):
+    """The layers' fields are the functions' argument definitions: the
+    algorithm and the implementation reach the functional op."""
+    from jaxpool import eqx as jpeqx
+    from jaxpool import linen as jplinen
+    from jaxpool import nnx as jpnnx
+
+    kw = dict(algorithm="gather", implementation="pallas", return_indices=True)
+    want = _functional_pool3d(X5, algorithm="gather", implementation="pallas")
+    for got in (
+        jpnnx.MaxPool3d(3, 2, 1, **kw)(X5),
+        jplinen.MaxPool3d(3, 2, 1, **kw).apply({}, X5),
+        jax.vmap(jpeqx.MaxPool3d(3, 2, 1, channels_last=True, **kw))(X5),
+    ):
+        assert_same(got[0], want[0], "values")
+        assert_same(got[1], want[1], "indices")
+    with pytest.raises(ValueError, match=r"`implementation` must be None"):
+        jpnnx.AdaptiveMaxPool2d(2, implementation="cuda")(X4)
+
+
 def test_layers_validate_their_arguments(eqx, nnx):
     from jaxpool import eqx as jpeqx
     from jaxpool import nnx as jpnnx

@@ -1,0 +1,182 @@
+"""Is each backward bitwise reproducible? Every contender runs many times on the
+same inputs, and the distinct results are counted (1: reproducible).
+
+    python benchmarks/reproducibility.py                  # the tracked shapes
+    python benchmarks/reproducibility.py --quick          # tiny shapes (smoke test)
+    python benchmarks/reproducibility.py --large --torch-device cuda   # on a GPU
+
+Contenders: jaxpool's backward op with each algorithm and implementation
+(``scatter``: XLA's scatter-add, atomics on a GPU; ``gather``: the
+deterministic one, XLA and Pallas), ``jax.grad`` through the forward (the
+default ``auto``), and torch's backward, also under
+``torch.use_deterministic_algorithms(True)`` (which refuses some on CUDA).
+Random float32 cotangents, so that the order of a sum shows in its bits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_adaptive_max_pool2d
+import bench_max_pool3d
+
+import jaxpool
+
+
+def _digest(arr: Any) -> str:
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(arr)).tobytes()).hexdigest()
+
+
+def distinct(fn: Any, runs: int) -> tuple[int, float]:
+    """How many different results ``runs`` calls give, and the largest
+    difference between any of them and the first."""
+    first = np.asarray(fn(), np.float64)
+    seen, spread = {_digest(first)}, 0.0
+    for _ in range(runs - 1):
+        out = np.asarray(fn(), np.float64)
+        seen.add(_digest(out))
+        spread = max(spread, float(np.abs(out - first).max(initial=0.0)))
+    return len(seen), spread
+
+
+def contenders(case: Any, torch: Any, device: str, pallas: bool) -> dict[str, Any]:
+    """``name -> zero-argument function`` for one case ``(name, x, pool,
+    backward, torch_pool, torch_backward)``."""
+    _, x_np, pool, backward, torch_pool, torch_backward = case
+    x = jnp.asarray(x_np)
+    values, indices = jax.jit(pool)(x)
+    g = jnp.asarray(np.random.default_rng(1).standard_normal(values.shape), x.dtype)
+    struct = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    fns: dict[str, Any] = {}
+    kinds = [("xla", "scatter"), ("xla", "gather")]
+    kinds += [("pallas", "gather")] if pallas else []
+    for implementation, algorithm in kinds:
+        bwd = jax.jit(
+            lambda g, i, a=algorithm, m=implementation: backward(
+                g, struct, i, algorithm=a, implementation=m
+            )
+        )
+        fns[f"jaxpool {implementation} {algorithm}"] = lambda b=bwd: b(g, indices)
+    step = jax.jit(jax.grad(lambda x, w: jnp.sum(w * pool(x)[0])))
+    fns["jaxpool jax.grad (auto)"] = lambda: step(x, g)
+    if torch is not None:
+        xt = torch.from_numpy(x_np).to(device)
+        _, it = torch_pool(xt)
+        gt = torch.from_numpy(np.asarray(g)).to(device)
+
+        def run_torch(deterministic: bool) -> Any:
+            torch.use_deterministic_algorithms(deterministic)
+            try:
+                return torch_backward(gt, xt, it).cpu().numpy()
+            finally:
+                torch.use_deterministic_algorithms(False)
+
+        fns["torch"] = lambda: run_torch(False)
+        fns["torch deterministic mode"] = lambda: run_torch(True)
+    return fns
+
+
+def cases(shapes_3d: list[Any], shapes_2d: list[Any], torch: Any) -> list[Any]:
+    """``(name, x, pool, backward, torch_pool, torch_backward)`` per shape, in
+    the benchmarks' definitions."""
+    rng = np.random.default_rng(0)
+    out = []
+    for shape, k, s, p in shapes_3d:
+        out.append(
+            (
+                f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
+                rng.standard_normal(shape).astype(np.float32),
+                lambda x, k=k, s=s, p=p, **kw: jaxpool.max_pool3d_with_argmax(
+                    x, k, s, p, **kw
+                ),
+                lambda g, x, i, k=k, s=s, p=p, **kw: (
+                    jaxpool.max_pool3d_with_argmax_backward(g, x, i, k, s, p, **kw)
+                ),
+                lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
+                    xt, k, s, p, return_indices=True
+                ),
+                lambda gt, xt, it, k=k, s=s, p=p: (
+                    torch.ops.aten.max_pool3d_with_indices_backward(
+                        gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
+                    )
+                ),
+            )
+        )
+    for shape, o in shapes_2d:
+        out.append(
+            (
+                f"{'x'.join(map(str, shape))} -> {o[0]}x{o[1]}",
+                rng.standard_normal(shape).astype(np.float32),
+                lambda x, o=o, **kw: jaxpool.adaptive_max_pool2d(x, o, **kw),
+                jaxpool.adaptive_max_pool2d_backward,
+                lambda xt, o=o: torch.nn.functional.adaptive_max_pool2d(
+                    xt, o, return_indices=True
+                ),
+                lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(
+                    gt, xt, it
+                ),
+            )
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 3 runs")
+    parser.add_argument("--large", action="store_true", help="the GPU shapes")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-pallas", action="store_true")
+    parser.add_argument("--torch-device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--json", metavar="PATH", help="also write the rows here")
+    args = parser.parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch not installed: no torch rows")
+    if args.quick:
+        shapes = bench_max_pool3d.QUICK, bench_adaptive_max_pool2d.QUICK
+    elif args.large:
+        shapes = bench_max_pool3d.LARGE, bench_adaptive_max_pool2d.LARGE
+    else:
+        shapes = bench_max_pool3d.SHAPES, bench_adaptive_max_pool2d.SHAPES
+    runs = 3 if args.quick else args.runs
+    print(
+        f"date={time.strftime('%Y-%m-%d')}, jax={jax.__version__}, "
+        f"backend={jax.default_backend()}, torch={getattr(torch, '__version__', None)}"
+        f" ({args.torch_device}), runs={runs}"
+    )
+    print(f"{'shape':<28} {'backward':<30} {'distinct results':>16} {'max diff':>10}")
+    rows = []
+    for case in cases(*shapes, torch):
+        fns = contenders(case, torch, args.torch_device, not args.no_pallas)
+        for name, fn in fns.items():
+            try:
+                count, spread = distinct(fn, runs)
+                shown = f"{count:>16} {spread:>10.3g}"
+            except RuntimeError as e:  # torch's deterministic mode refuses it
+                count, spread = None, None
+                shown = f"{'refused':>16} {str(e).splitlines()[0][:60]}"
+            print(f"{case[0]:<28} {name:<30} {shown}", flush=True)
+            rows.append(
+                dict(shape=case[0], backward=name, distinct=count, spread=spread)
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

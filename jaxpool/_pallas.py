@@ -1,0 +1,358 @@
+"""Pallas GPU kernels (the Triton backend): a one-pass forward and a
+deterministic backward, for every pool the spec describes.
+
+Every array is viewed as ``(B, P, T)``: ``B`` planes (the leading axes), ``P``
+positions of the spatial plane, ``T`` trailing channels (1 when
+channels-first). A program owns a tile of ``BQ`` positions by ``BT`` channels,
+both powers of two (Triton's rule for every array in a kernel), and masks
+what lies past the edges. Window bounds come from integer arithmetic on each
+position's coordinates: strided windows from ``o * stride + offset``, adaptive
+ones from ``floor(o * L / O)`` and ``ceil((o + 1) * L / O)``.
+
+- :func:`forward`: each program reads the taps of its outputs' windows (the
+  tile with its halo, once from memory, the overlaps from cache) in row-major
+  order and keeps the best value and its index, the scan's rule exactly
+  (``_scan``); values and int32 indices are written once.
+- :func:`covering_sum`: each program, for each of its input positions, adds
+  the gradients of the windows that cover the position and chose it, in a
+  fixed order (windows in increasing order along each axis, the first axis
+  outermost): deterministic by construction, no atomics, 16-bit gradients
+  accumulated in float32. The sum is the covering part of the ``"gather"``
+  backward (``_backward``), in the same order, so the two give the same bits.
+
+With ``interpret=True`` the same kernels run on CPU through Pallas's
+interpreter (slow; for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from ._planes import accumulation_dtype, gather_at
+from ._windows import INT32_MAX, AxisWindows, PoolSpec, split
+
+# Tap loops up to this many are unrolled; longer ones are a loop.
+UNROLL = 64
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _tiles(count: int, channels: int) -> tuple[int, int]:
+    """Power-of-two ``(rows, channels)`` of a program's tile: about a thousand
+    elements, contiguous channels first."""
+    bt = min(_pow2(channels), 32)
+    return min(_pow2(count), max(1, 1024 // bt)), bt
+
+
+def _planes(arr: Any, nd: int, trail: int) -> tuple[int, int, int]:
+    """``(B, P, T)`` of an array of ``nd`` spatial and ``trail`` trailing axes."""
+    first, stop = split(len(arr.shape), nd, trail)
+    shape = arr.shape
+    return (
+        math.prod(shape[:first]),
+        math.prod(shape[first:stop]),
+        math.prod(shape[stop:]),
+    )
+
+
+def _check_sizes(spec: PoolSpec) -> None:
+    for w in spec.axes:
+        if w.starts and w.size * w.out > INT32_MAX:
+            raise ValueError(
+                "implementation='pallas': an adaptive axis of size * output_size "
+                f">= 2**31 ({w.size} -> {w.out}) overflows the kernel's int32 window "
+                "arithmetic; use implementation='xla'"
+            )
+
+
+def _div(a: jax.Array, b: int) -> jax.Array:
+    """``a // b`` for non-negative ``a`` (truncation is the floor there)."""
+    return lax.div(a, jnp.int32(b))
+
+
+def _coordinates(flat: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
+    """Row-major coordinates of non-negative flat offsets into ``sizes``."""
+    strides = [math.prod(sizes[a + 1 :]) for a in range(len(sizes))]
+    return [
+        lax.rem(_div(flat, s), jnp.int32(n))
+        for s, n in zip(strides, sizes, strict=True)
+    ]
+
+
+def _program(count: int, channels: int, rows: int, cols: int) -> tuple[Any, ...]:
+    """This program's plane, its ``rows`` positions and ``cols`` channels (with
+    their masks), from a one-dimensional grid over planes x row tiles x
+    channel tiles."""
+    tiles, col_tiles = pl.cdiv(count, rows), pl.cdiv(channels, cols)
+    pid = pl.program_id(0)
+    b = _div(pid, tiles * col_tiles)
+    rest = lax.rem(pid, jnp.int32(tiles * col_tiles))
+    q = _div(rest, col_tiles) * rows + jnp.arange(rows, dtype=jnp.int32)
+    t = lax.rem(rest, jnp.int32(col_tiles)) * cols + jnp.arange(cols, dtype=jnp.int32)
+    return b, q, q < count, t, t < channels
+
+
+def _scan(sizes: tuple[int, ...], body: Any, carry: Any) -> Any:
+    """``body(numbers, carry)`` over every combination of numbers below
+    ``sizes``, in row-major order: unrolled up to :data:`UNROLL` combinations,
+    else a loop that computes them."""
+    if math.prod(sizes) <= UNROLL:
+        for numbers in itertools.product(*(range(n) for n in sizes)):
+            carry = body(numbers, carry)
+        return carry
+
+    def step(k: jax.Array, carry: Any) -> Any:
+        return body(_coordinates(k, sizes), carry)
+
+    count = math.prod(sizes)  # int32 bounds: an int32 counter under x64 too
+    return lax.fori_loop(jnp.int32(0), jnp.int32(count), step, carry)
+
+
+# ---------------------------------------------------------------- forward
+
+
+def _forward_kernel(x_ref, v_ref, i_ref, *, spec, P, Q, T, BQ, BT) -> None:
+    axes = spec.axes
+    b, q, q_ok, t, t_ok = _program(Q, T, BQ, BT)
+    o = _coordinates(jnp.where(q_ok, q, 0), spec.out_size)
+    strides = [math.prod(spec.in_size[a + 1 :]) for a in range(spec.nd)]
+    starts, ends, firsts = [], [], []
+    for w, oa in zip(axes, o, strict=True):
+        if w.starts:  # adaptive: [floor(o L / O), ceil((o + 1) L / O))
+            starts.append(_div(oa * w.size, w.out))
+            ends.append(_div((oa + 1) * w.size + w.out - 1, w.out))
+            firsts.append(jnp.zeros_like(oa))
+        else:  # strided: o * s + offset + j * d, the first in-bounds tap forced
+            start = oa * w.stride + w.offset
+            starts.append(start)
+            ends.append(None)
+            behind = jnp.maximum(-start, 0)
+            firsts.append(_div(behind + w.dilation - 1, w.dilation))
+    lanes = q_ok[:, None] & t_ok[None, :]
+
+    def tap(taps: Any, carry: Any) -> Any:
+        best, arg = carry
+        inside, flat, force = q_ok, jnp.zeros_like(q), q_ok
+        for w, j, start, end, first, stride in zip(
+            axes, taps, starts, ends, firsts, strides, strict=True
+        ):
+            pos = start + j * (1 if w.starts else w.dilation)
+            inside = inside & (pos >= 0) & (pos < (end if w.starts else w.size))
+            flat = flat + pos * stride
+            force = force & (first == j)
+        mask = inside[:, None] & t_ok[None, :]
+        where = jnp.where(inside, flat, 0)[:, None]
+        value = plgpu.load(
+            x_ref.at[b, where, jnp.where(t_ok, t, 0)[None, :]],
+            mask=mask,
+            other=-jnp.inf,
+        )
+        take = (value > best) | (value != value) | force[:, None]
+        return jnp.where(take, value, best), jnp.where(take, flat[:, None], arg)
+
+    init = (
+        jnp.full((BQ, BT), -jnp.inf, x_ref.dtype),
+        jnp.zeros((BQ, BT), jnp.int32),
+    )
+    best, arg = _scan(tuple(w.taps for w in axes), tap, init)
+    # Lanes past the edges write out of bounds: dropped (never aliased).
+    at = (b, q[:, None], t[None, :])
+    plgpu.store(v_ref.at[at], best, mask=lanes)
+    plgpu.store(i_ref.at[at], arg, mask=lanes)
+
+
+def _forward(x: jax.Array, spec: PoolSpec, interpret: bool) -> tuple[Any, Any]:
+    _check_sizes(spec)
+    B, P, T = _planes(x, spec.nd, spec.trail)
+    Q = math.prod(spec.out_size)
+    first, stop = split(x.ndim, spec.nd, spec.trail)
+    out_shape = (*x.shape[:first], *spec.out_size, *x.shape[stop:])
+    if B * T == 0:  # no plane: nothing to launch
+        return jnp.zeros(out_shape, x.dtype), jnp.zeros(out_shape, jnp.int32)
+    BQ, BT = _tiles(Q, T)
+    kernel = functools.partial(_forward_kernel, spec=spec, P=P, Q=Q, T=T, BQ=BQ, BT=BT)
+    values, indices = pl.pallas_call(
+        kernel,
+        out_shape=[
+            jax.ShapeDtypeStruct((B, Q, T), x.dtype),
+            jax.ShapeDtypeStruct((B, Q, T), jnp.int32),
+        ],
+        grid=(B * pl.cdiv(Q, BQ) * pl.cdiv(T, BT),),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name="jaxpool_forward",
+    )(x.reshape(B, P, T))
+    return values.reshape(out_shape), indices.reshape(out_shape)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def forward(
+    x: jax.Array, spec: PoolSpec, interpret: bool
+) -> tuple[jax.Array, jax.Array]:
+    """``(values, indices)`` of the pool ``spec`` over ``x``: one kernel.
+
+    Differentiable in forward mode too (the ``custom_vjp`` around it is
+    differentiated again for grad of grad): the values' tangent is the input's
+    tangent at each index, zero for a window with no in-bounds tap.
+    """
+    return _forward(x, spec, interpret)
+
+
+@forward.defjvp
+def _forward_jvp(spec: PoolSpec, interpret: bool, primals: Any, tangents: Any) -> Any:
+    (x,), (x_dot,) = primals, tangents
+    values, indices = _forward(x, spec, interpret)
+    values_dot = gather_at(x_dot, indices, spec.nd, spec.trail, 0.0)
+    empty = [w.empty() for w in spec.axes]
+    if any(e.any() for e in empty):
+        lead, _ = split(values.ndim, spec.nd, spec.trail)
+        hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
+        shape = [1] * values.ndim
+        shape[lead : lead + spec.nd] = hollow.shape
+        hollow = jnp.asarray(hollow.reshape(shape))
+        values_dot = jnp.where(hollow, jnp.zeros((), values_dot.dtype), values_dot)
+    indices_dot = np.zeros(indices.shape, jax.dtypes.float0)
+    return (values, indices), (values_dot, indices_dot)
+
+
+# --------------------------------------------------------------- backward
+
+
+def _covering(w: AxisWindows, c: jax.Array) -> tuple[jax.Array, jax.Array, int]:
+    """The first and last window whose span holds coordinate ``c`` (clipped to
+    the outputs), and the most windows any coordinate lies in."""
+    slots = len(w.covering())
+    if w.starts:  # o covers c iff floor(o L / O) <= c < ceil((o + 1) L / O)
+        low = _div(c * w.out, w.size)
+        high = _div((c + 1) * w.out + w.size - 1, w.size) - 1
+    else:  # o covers c iff o s + offset <= c < o s + offset + span
+        span = (w.taps - 1) * w.dilation + 1
+        lift = -(-(span - w.offset) // w.stride) + 1  # keeps numerators >= 0
+        low = _div(c - w.offset - span + lift * w.stride, w.stride) - lift + 1
+        high = _div(c - w.offset, w.stride)
+    return jnp.maximum(low, 0), jnp.minimum(high, w.out - 1), slots
+
+
+def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, Q, T, BP, BT) -> None:
+    b, p, p_ok, t, t_ok = _program(P, T, BP, BT)
+    c = _coordinates(jnp.where(p_ok, p, 0), spec.in_size)
+    bounds = [_covering(w, ca) for w, ca in zip(spec.axes, c, strict=True)]
+    out_strides = [math.prod(spec.out_size[a + 1 :]) for a in range(spec.nd)]
+    t_at = jnp.where(t_ok, t, 0)[None, :]
+    zero = jnp.zeros((), o_ref.dtype)
+
+    def window(slots: Any, total: jax.Array) -> jax.Array:
+        valid, q = p_ok, jnp.zeros_like(p)
+        for (low, high, _), m, stride in zip(bounds, slots, out_strides, strict=True):
+            valid = valid & (low + m <= high)
+            q = q + (low + m) * stride
+        mask = valid[:, None] & t_ok[None, :]
+        at = (b, jnp.where(valid, q, 0)[:, None], t_at)
+        index = plgpu.load(i_ref.at[at], mask=mask, other=-1)
+        grad = plgpu.load(g_ref.at[at], mask=mask, other=0).astype(o_ref.dtype)
+        return total + jnp.where(index == p[:, None], grad, zero)
+
+    sizes = tuple(n for _, _, n in bounds)
+    total = _scan(sizes, window, jnp.zeros((BP, BT), o_ref.dtype))
+    lanes = p_ok[:, None] & t_ok[None, :]
+    plgpu.store(o_ref.at[b, p[:, None], t[None, :]], total, mask=lanes)
+
+
+def _in_plane_int32(indices: jax.Array, size: int) -> jax.Array:
+    """``indices`` as int32, ``-1`` (no position) wherever outside ``[0, size)``:
+    an index of any dtype compared exactly before it is narrowed."""
+    inside = indices >= 0
+    if size <= jnp.iinfo(indices.dtype).max:
+        inside = inside & (indices < size)
+    return jnp.where(inside, indices, -1).astype(jnp.int32)
+
+
+def _covering_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    interpret: bool,
+) -> jax.Array:
+    _check_sizes(spec)
+    acc = accumulation_dtype(x.dtype)
+    B, Q, T = _planes(grad_output, spec.nd, spec.trail)
+    P = math.prod(spec.in_size)
+    if B * T == 0:  # no plane: nothing to launch
+        return jnp.zeros(x.shape, acc)
+    BP, BT = _tiles(P, T)
+    kernel = functools.partial(_backward_kernel, spec=spec, P=P, Q=Q, T=T, BP=BP, BT=BT)
+    total = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((B, P, T), acc),
+        grid=(B * pl.cdiv(P, BP) * pl.cdiv(T, BT),),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name="jaxpool_backward",
+    )(
+        grad_output.reshape(B, Q, T),
+        _in_plane_int32(indices, P).reshape(B, Q, T),
+    )
+    return total.reshape(x.shape)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def covering_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    interpret: bool,
+) -> jax.Array:
+    """For each input element, the gradients of the windows that cover it and
+    chose it, added in a fixed order, in the accumulation dtype (unrounded):
+    ``_backward.gather_sum`` before its aliased empty windows. Linear in
+    ``grad_output``, its VJP is the cotangent read at each index that counts
+    (inside the plane and its own window's span)."""
+    return _covering_sum(grad_output, indices, x, spec, interpret)
+
+
+def _covering_sum_fwd(grad_output, indices, x, spec, interpret):
+    return _covering_sum(grad_output, indices, x, spec, interpret), indices
+
+
+def _covering_sum_bwd(x, spec, interpret, indices, ct):
+    del x, interpret
+    read = gather_at(ct, indices, spec.nd, spec.trail, 0.0)
+    counts = _in_own_span(indices, spec)
+    return jnp.where(counts, read, jnp.zeros((), read.dtype)), None
+
+
+covering_sum.defvjp(_covering_sum_fwd, _covering_sum_bwd)
+
+
+def _in_own_span(indices: jax.Array, spec: PoolSpec) -> jax.Array:
+    """Whether each index lies in the plane and, along every axis, inside its
+    own window's span: the indices that :func:`covering_sum` counts."""
+    nd, trail = spec.nd, spec.trail
+    lead, _ = split(indices.ndim, nd, trail)
+    plane = math.prod(spec.in_size)
+    inside = (indices >= 0) & (indices < plane)
+    flat = jnp.where(inside, indices, 0).astype(jnp.int32)
+    strides = [math.prod(spec.in_size[a + 1 :]) for a in range(nd)]
+    for a, (w, stride) in enumerate(zip(spec.axes, strides, strict=True)):
+        coordinate = (flat // stride) % w.size
+        lo, hi = w.span()
+        shape = [1] * indices.ndim
+        shape[lead + a] = w.out
+        lo = jnp.asarray(lo.reshape(shape).astype(np.int32))
+        hi = jnp.asarray(hi.reshape(shape).astype(np.int32))
+        inside = inside & (coordinate >= lo) & (coordinate < hi)
+    return inside

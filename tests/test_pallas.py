@@ -1,0 +1,364 @@
+"""``implementation="pallas"``: the Triton kernels, run here in Pallas's
+interpret mode, against the oracle and PyTorch; lowered for CUDA on a grid of
+configurations; and the choice ``implementation=None`` makes.
+
+On CPU the platform seam runs the kernels through Pallas's interpreter (the
+same kernel code, slow), so every rule of the semantics is checked here bit
+for bit; ``jit(...).lower(lowering_platforms=("cuda",))`` then builds the GPU
+program, which holds the Triton custom call and fails on any array of a size
+that is not a power of two.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import test_adaptive as adaptive_grid
+import test_family as family_grid
+import test_max_pool3d as pool3d_grid
+import test_torch as torch_grid
+from helpers import (
+    DTYPES,
+    assert_same,
+    check_against_oracle,
+    cotangent,
+    make_input,
+    require,
+    rng_for,
+)
+from hypothesis import given, settings
+from jax import export
+from test_properties import _check, adaptive_cases, pool_cases
+
+import jaxpool
+from jaxpool import _platform, reference
+
+PALLAS = dict(implementation="pallas")
+TRITON = "__gpu$xla.gpu.triton"
+DTYPE_KINDS = family_grid.DTYPE_KINDS
+
+
+def _rotating(names):
+    """Each configuration with one (dtype, input kind) pair, in turn, and
+    float64 for a few (the interpreter is slow; every pair still meets many
+    configurations)."""
+    pairs = [*DTYPE_KINDS, ("float64", "nan"), ("float16", "inf")]
+    return [(name, *pairs[k % len(pairs)]) for k, name in enumerate(names)]
+
+
+@pytest.mark.parametrize("name, dtype, kind", _rotating(pool3d_grid.CONFIGS))
+def test_max_pool3d_matches_oracle(name, dtype, kind):
+    shape, kwargs = pool3d_grid.CONFIGS[name]
+    rng = rng_for("pallas", name, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    check_against_oracle(
+        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs, **PALLAS),
+        lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
+            g, x, i, **kwargs, **PALLAS, **kw
+        ),
+        x,
+        pool3d_grid.oracle(x, **kwargs),
+        3,
+        rng,
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("name, dtype, kind", _rotating(family_grid.POOL_CONFIGS))
+def test_max_pool_family_matches_oracle(name, dtype, kind):
+    nd, shape, *args = family_grid.POOL_CONFIGS[name]
+    rng = rng_for("pallas", name, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    kwargs = family_grid._pool_kwargs(*args)
+    check_against_oracle(
+        lambda x: family_grid.POOL[nd](x, **kwargs, **PALLAS),
+        lambda g, x, i, **kw: family_grid.POOL_BWD[nd](
+            g, x, i, **kwargs, **PALLAS, **kw
+        ),
+        x,
+        reference.max_pool(x, *args),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+ADAPTIVE = {
+    **{name: (2, *rest[:2]) for name, rest in adaptive_grid.CONFIGS.items()},
+    **family_grid.ADAPTIVE_CONFIGS,
+}
+
+
+@pytest.mark.parametrize("name, dtype, kind", _rotating(ADAPTIVE))
+def test_adaptive_matches_oracle(name, dtype, kind):
+    nd, shape, output_size = ADAPTIVE[name]
+    rng = rng_for("pallas", name, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    spatial = shape[len(shape) - nd :]
+    full = (output_size,) * nd if isinstance(output_size, int) else output_size
+    full = tuple(s if o is None else o for s, o in zip(spatial, full, strict=True))
+    check_against_oracle(
+        lambda x: family_grid.ADAPTIVE[nd](x, output_size, **PALLAS),
+        lambda g, x, i, **kw: family_grid.ADAPTIVE_BWD[nd](g, x, i, **PALLAS, **kw),
+        x,
+        reference.adaptive_max_pool(x, full),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
+def test_layouts_and_16_bit_gradients_within_rounding(layout):
+    """Random (not small-integer) cotangents, overlapping windows, bfloat16:
+    the Pallas backward accumulates in float32 and rounds once, adding in the
+    XLA gather backward's order, so the two agree bit for bit."""
+    rng = rng_for("pallas-layout", layout)
+    cl = layout == "channels-last"
+    x = make_input(rng, (2, 5, 7, 6, 3) if cl else (2, 3, 5, 7, 6), "bfloat16", "ties")
+    kw = dict(channels_last=cl)
+    values, indices = jaxpool.max_pool3d_with_argmax(x, 3, 1, 1, **kw, **PALLAS)
+    want = jaxpool.max_pool3d_with_argmax(x, 3, 1, 1, **kw)
+    assert_same(values, want[0], "values")
+    assert_same(indices, want[1], "indices")
+    g = rng.standard_normal(values.shape).astype(values.dtype)
+    pallas = jaxpool.max_pool3d_with_argmax_backward(
+        g, x, indices, 3, 1, 1, **kw, algorithm="gather", **PALLAS
+    )
+    xla = jaxpool.max_pool3d_with_argmax_backward(
+        g, x, indices, 3, 1, 1, **kw, algorithm="gather"
+    )
+    assert_same(pallas, xla, "pallas vs xla gather backward")
+
+
+@pytest.mark.parametrize("case", [0, 2, 5, 6])
+def test_max_pool3d_matches_torch(case):
+    torch = require("torch")
+    shape, kwargs = torch_grid.POOL3D[case]
+    rng = torch_grid._seed(14, case)
+    torch_grid.compare(
+        torch,
+        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs, **PALLAS),
+        lambda xt: torch_grid.torch_pool3d(torch, xt, **kwargs),
+        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(
+            g, x, i, **kwargs, algorithm="gather", **PALLAS
+        ),
+        make_input(rng, shape, "float32", "ties"),
+        3,
+        rng,
+        "float32",
+    )
+
+
+@pytest.mark.parametrize("case", [0, 2, 5])
+def test_adaptive_max_pool2d_matches_torch(case):
+    torch = require("torch")
+    shape, output_size = torch_grid.ADAPTIVE[case]
+    rng = torch_grid._seed(15, case)
+    torch_grid.compare(
+        torch,
+        lambda x: jaxpool.adaptive_max_pool2d(x, output_size, **PALLAS),
+        lambda xt: torch.nn.functional.adaptive_max_pool2d(
+            xt, output_size, return_indices=True
+        ),
+        lambda g, x, i: jaxpool.adaptive_max_pool2d_backward(
+            g, x, i, algorithm="gather", **PALLAS
+        ),
+        make_input(rng, shape, "float32", "nan"),
+        2,
+        rng,
+        "float32",
+    )
+
+
+@settings(max_examples=25)
+@given(pool_cases())
+def test_max_pool_sweep(case):
+    nd = case["nd"]
+    args = [case[k] for k in ("kernel", "stride", "padding", "dilation")]
+    args.append(case["ceil_mode"])
+    kw = dict(channels_last=case["channels_last"], **PALLAS)
+    fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+    x = make_input(
+        np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["kind"]
+    )
+    _check(
+        case,
+        lambda x: fwd(x, *args, **kw),
+        lambda g, x, i, **k: bwd(g, x, i, *args, **kw, **k),
+        reference.max_pool(x, *args),
+    )
+
+
+@settings(max_examples=25)
+@given(adaptive_cases())
+def test_adaptive_sweep(case):
+    nd, out = case["nd"], case["output_size"]
+    kw = dict(channels_last=case["channels_last"], **PALLAS)
+    fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+    bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
+    spatial = case["shape"][-nd:]
+    full = tuple(s if o is None else o for s, o in zip(spatial, out, strict=True))
+    x = make_input(
+        np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["kind"]
+    )
+    _check(
+        case,
+        lambda x: fwd(x, out, **kw),
+        lambda g, x, i, **k: bwd(g, x, i, **kw, **k),
+        reference.adaptive_max_pool(x, full),
+    )
+
+
+# ------------------------------------------------------------- transforms
+
+
+def test_vmap_and_grad_of_grad():
+    """vmap over the kernels, and grad of grad through the Pallas backward
+    (its VJP reads the cotangent at the indices that count)."""
+    rng = rng_for("pallas-transforms")
+    x = make_input(rng, (3, 2, 2, 6, 7), "float32", "random")
+    pool = lambda x, **kw: jaxpool.max_pool2d_with_argmax(x, 3, 2, 1, **kw)  # noqa: E731
+    got = jax.vmap(lambda x: pool(x, **PALLAS))(x)
+    want = jax.vmap(pool)(x)
+    for a, b in zip(got, want, strict=True):
+        assert_same(a, b)
+    w = jnp.asarray(cotangent(rng, want[0].shape[1:], "float32"))
+
+    def loss(x, **kw):
+        return jnp.sum(w * pool(x, **kw)[0] ** 3)
+
+    def outer(x, **kw):
+        return jnp.sum(jnp.sin(jax.grad(lambda x: loss(x, **kw))(x)))
+
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(x[0], jnp.float64)
+        assert_same(jax.grad(lambda x: outer(x, **PALLAS))(x64), jax.grad(outer)(x64))
+
+
+def test_backward_has_no_atomics():
+    """The deterministic backward is a gather by construction: no atomic
+    read-modify-write in the Triton program."""
+    x = jax.ShapeDtypeStruct((2, 3, 9, 10), jnp.float32)
+    g = jax.ShapeDtypeStruct((2, 3, 5, 5), jnp.float32)
+    i = jax.ShapeDtypeStruct((2, 3, 5, 5), jnp.int32)
+    bwd = jax.jit(
+        lambda g, i: jaxpool.max_pool2d_with_argmax_backward(
+            g, x, i, 3, 2, 1, algorithm="gather", **PALLAS
+        )
+    )
+    text = bwd.trace(g, i).lower(lowering_platforms=("cuda",)).as_text()
+    assert TRITON in text and "atomic" not in text
+    assert "stablehlo.scatter" not in text
+
+
+# --------------------------------------------------------- cuda lowering
+
+LOWERED = [
+    (3, (2, 3, 9, 10, 11), dict(kernel_size=3, stride=2, padding=1)),
+    (3, (1, 2, 9, 10, 11), dict(kernel_size=7, stride=1, padding=3)),  # a loop
+    (3, (2, 5, 6, 7, 3), dict(kernel_size=2, channels_last=True)),
+    (2, (2, 3, 17, 9), dict(kernel_size=(3, 2), stride=(2, 1), padding="SAME")),
+    (2, (1, 2, 7, 9), dict(kernel_size=2, stride=1, padding=1, dilation=3)),
+    (1, (2, 3, 100), dict(kernel_size=4, stride=3, padding=2, ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nd, shape, kwargs", LOWERED, ids=str)
+def test_pool_lowers_for_cuda(nd, shape, kwargs, dtype):
+    """Forward, backward and a training step lower for CUDA with the Triton
+    kernel in each program (and nothing of XLA's scan or scatter)."""
+    fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+    x = jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
+    out = jax.eval_shape(lambda x: fwd(x, **kwargs), x)[0]
+    i = jax.ShapeDtypeStruct(out.shape, jnp.int32)
+    programs = [
+        (lambda x: fwd(x, **kwargs, **PALLAS), (x,)),
+        (lambda g, i: bwd(g, x, i, **kwargs, algorithm="gather", **PALLAS), (out, i)),
+        (jax.grad(lambda x: jnp.sum(fwd(x, **kwargs, **PALLAS)[0])), (x,)),
+    ]
+    with jax.enable_x64(dtype == "float64"):
+        for f, args in programs:
+            text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+            assert TRITON in text
+            assert "stablehlo.scatter" not in text
+
+
+@pytest.mark.parametrize(
+    "nd, shape, output_size",
+    [
+        (2, (2, 3, 97, 131), (13, 17)),
+        (3, (1, 2, 5, 7, 6), (3, 4, None)),
+        (1, (3, 70), 4),
+    ],
+    ids=str,
+)
+def test_adaptive_lowers_for_cuda(nd, shape, output_size):
+    fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+    x = jax.ShapeDtypeStruct(shape, jnp.float32)
+    step = jax.grad(lambda x: jnp.sum(fwd(x, output_size, **PALLAS)[0]))
+    text = jax.jit(step).trace(x).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count(TRITON) == 2  # the forward and the backward kernel
+
+
+# ------------------------------------------------- implementation=None
+
+
+def _lowered(platform):
+    x = jax.ShapeDtypeStruct((2, 3, 9, 10), jnp.float32)
+    step = jax.grad(lambda x: jnp.sum(jaxpool.max_pool2d_with_argmax(x, 3, 2, 1)[0]))
+    return jax.jit(step).trace(x).lower(lowering_platforms=(platform,)).as_text()
+
+
+def test_none_is_xla_until_measured():
+    """No H200 run has yet shown a Pallas kernel faster: ``None`` is XLA
+    everywhere, so the default program exports for every platform at once."""
+    assert frozenset() == _platform.PALLAS_ON_GPU
+    assert TRITON not in _lowered("cuda")
+
+
+def test_none_decides_at_trace_time(monkeypatch, retrace):
+    """Where a measurement names a kernel, ``None`` takes Pallas when JAX's
+    default backend is a GPU, decided while tracing and never inside
+    ``lax.platform_dependent``: on a CPU host it stays XLA, so a multi-platform
+    export still works; on a GPU host the program holds the Triton kernels."""
+    monkeypatch.setattr(_platform, "PALLAS_ON_GPU", frozenset({"forward", "backward"}))
+    assert TRITON not in _lowered("cuda")  # traced on this CPU host
+    x = jax.ShapeDtypeStruct((2, 3, 9, 10), jnp.float32)
+    pool = jax.jit(lambda x: jaxpool.max_pool2d_with_argmax(x, 3, 2, 1))
+    exported = export.export(pool, platforms=("cpu", "cuda", "tpu"))(x)
+    assert exported.platforms == ("cpu", "cuda", "tpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    jax.clear_caches()
+    assert _lowered("cuda").count(TRITON) == 2
+
+
+def test_explicit_pallas_exports_only_by_choice():
+    """Pallas's Triton custom call has no serialisation compatibility
+    guarantee, so ``jax.export`` refuses it unless told otherwise, and a Pallas
+    GPU kernel cannot be lowered for a CPU: the exportable programs are those of
+    ``None`` (XLA everywhere until measured) and ``"xla"``."""
+    x = jax.ShapeDtypeStruct((2, 3, 9, 10), jnp.float32)
+    pool = jax.jit(lambda x: jaxpool.max_pool2d_with_argmax(x, 3, 2, 1, **PALLAS))
+    with pytest.raises(ValueError, match="no compatibility guarantees"):
+        export.export(pool, platforms=("cuda",))(x)
+    accept = [export.DisabledSafetyCheck.custom_call(TRITON)]
+    exported = export.export(pool, platforms=("cuda",), disabled_checks=accept)(x)
+    assert TRITON in exported.mlir_module()
+    with pytest.raises(ValueError, match="interpret"):
+        export.export(pool, platforms=("cpu", "cuda"), disabled_checks=accept)(x)
+
+
+def test_bad_implementation():
+    x = jnp.zeros((1, 1, 4, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"max_pool2d_with_argmax: `implementation` must be None, 'xla' or "
+        r"'pallas', got 'triton'",
+    ):
+        jaxpool.max_pool2d_with_argmax(x, 2, implementation="triton")
