@@ -117,11 +117,12 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
 
 
 def algorithm(spec: PoolSpec, own_indices: bool) -> str:
-    """The backward algorithm that runs: the spec's, or for ``"auto"`` the
-    elementwise select (the ``"gather"`` algorithm) where windows are disjoint
-    and the indices are the forward's own (each then lies in its own window,
-    and every input element receives at most one gradient: the same bits as
-    the scatter, without one), the scatter elsewhere."""
+    """The backward algorithm that runs: the spec's, or for ``"auto"``, where
+    the indices are the forward's own (each then lies in its own window), the
+    ``"gather"`` algorithm if windows are disjoint (an elementwise select: each
+    input element receives at most one gradient, so the scatter's bits without
+    a scatter) or the backward is Pallas's (deterministic, without atomics);
+    the scatter elsewhere."""
     if spec.algorithm != "auto":
         return spec.algorithm
     if not own_indices:
