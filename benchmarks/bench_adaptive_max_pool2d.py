@@ -37,19 +37,32 @@ LARGE = [  # --large, for accelerators: 206-411 MB inputs
 ]
 
 
+def ops(case, torch):
+    """One case's name and calls, as in bench_max_pool3d.ops."""
+    shape, out = case
+    return (
+        f"{'x'.join(map(str, shape))} -> {out[0]}x{out[1]}",
+        lambda x, **kw: jaxpool.adaptive_max_pool2d(x, out, **kw),
+        jaxpool.adaptive_max_pool2d_backward,
+        lambda xt: torch.nn.functional.adaptive_max_pool2d(
+            xt, out, return_indices=True
+        ),
+        lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(gt, xt, it),
+    )
+
+
 def cases(shapes, dtype, reps, torch, bandwidth):
     rows = []
-    for shape, out in shapes:
-        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    for case in shapes:
+        name, pool, backward, torch_pool, torch_backward = ops(case, torch)
+        x = np.random.default_rng(0).standard_normal(case[0]).astype(dtype)
         rows += bench_op(
-            f"{'x'.join(map(str, shape))} -> {out[0]}x{out[1]}",
+            name,
             x,
-            lambda x, out=out, **kw: jaxpool.adaptive_max_pool2d(x, out, **kw),
-            jaxpool.adaptive_max_pool2d_backward,
-            lambda xt, out=out: torch.nn.functional.adaptive_max_pool2d(
-                xt, out, return_indices=True
-            ),
-            lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(gt, xt, it),
+            pool,
+            backward,
+            torch_pool,
+            torch_backward,
             None,
             reps,
             torch,

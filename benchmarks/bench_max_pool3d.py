@@ -62,28 +62,38 @@ def compile_time() -> float:
     return float(run.stdout.strip().splitlines()[-1])
 
 
+def ops(case, torch):
+    """One case's name and calls, as every script here makes them: jaxpool's
+    forward ``(x, **kw)`` and backward ``(g, x, indices, **kw)``, torch's
+    forward ``(xt)`` and backward ``(gt, xt, it)``."""
+    shape, k, s, p = case
+    return (
+        f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
+        lambda x, **kw: jaxpool.max_pool3d_with_argmax(x, k, s, p, **kw),
+        lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
+            g, x, i, k, s, p, **kw
+        ),
+        lambda xt: torch.nn.functional.max_pool3d(xt, k, s, p, return_indices=True),
+        lambda gt, xt, it: torch.ops.aten.max_pool3d_with_indices_backward(
+            gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
+        ),
+    )
+
+
 def cases(shapes, dtype, reps, torch, bandwidth):
     rows = []
-    for shape, k, s, p in shapes:
+    for case in shapes:
+        shape, k, s, p = case
         x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
         pad = ((0, 0), (0, 0)) + ((p, p),) * 3
+        name, pool, backward, torch_pool, torch_backward = ops(case, torch)
         rows += bench_op(
-            f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
+            name,
             x,
-            lambda x, k=k, s=s, p=p, **kw: jaxpool.max_pool3d_with_argmax(
-                x, k, s, p, **kw
-            ),
-            lambda g, x, i, k=k, s=s, p=p, **kw: (
-                jaxpool.max_pool3d_with_argmax_backward(g, x, i, k, s, p, **kw)
-            ),
-            lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
-                xt, k, s, p, return_indices=True
-            ),
-            lambda gt, xt, it, k=k, s=s, p=p: (
-                torch.ops.aten.max_pool3d_with_indices_backward(
-                    gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
-                )
-            ),
+            pool,
+            backward,
+            torch_pool,
+            torch_backward,
             lambda x, k=k, s=s, pad=pad: lax.reduce_window(
                 x, -jnp.inf, lax.max, (1, 1, k, k, k), (1, 1, s, s, s), pad
             ),

@@ -23,6 +23,7 @@ import collections
 import gzip
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import jaxpool
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_adaptive_max_pool2d
+import bench_max_pool3d
 
 POOLS = [  # (N, C, D, H, W), kernel, stride, padding
     ((2, 32, 32, 32, 32), 2, 2, 0),
@@ -133,54 +136,15 @@ def cases(quick: bool, large: bool, implementation: str, torch, device: str):
     pools = QUICK_POOLS if quick else LARGE_POOLS if large else POOLS
     adaptive = QUICK_ADAPTIVE if quick else LARGE_ADAPTIVE if large else ADAPTIVE
     rng = np.random.default_rng(0)
-    for shape, k, s, p in pools:
-        x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
-        torch_case = (
-            lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
-                xt, k, s, p, return_indices=True
-            ),
-            lambda gt, xt, it, k=k, s=s, p=p: (
-                torch.ops.aten.max_pool3d_with_indices_backward(
-                    gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
-                )
-            ),
-            device,
-        )
-        yield (
-            f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
-            programs(
-                lambda x, k=k, s=s, p=p, **kw: jaxpool.max_pool3d_with_argmax(
-                    x, k, s, p, **kw
-                ),
-                lambda g, x, i, k=k, s=s, p=p, **kw: (
-                    jaxpool.max_pool3d_with_argmax_backward(g, x, i, k, s, p, **kw)
-                ),
-                x,
-                implementation,
-                torch_case,
-                torch,
-            ),
-        )
-    for shape, out in adaptive:
-        x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
-        torch_case = (
-            lambda xt, out=out: torch.nn.functional.adaptive_max_pool2d(
-                xt, out, return_indices=True
-            ),
-            lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(gt, xt, it),
-            device,
-        )
-        yield (
-            f"{'x'.join(map(str, shape))} -> {'x'.join(map(str, out))}",
-            programs(
-                lambda x, out=out, **kw: jaxpool.adaptive_max_pool2d(x, out, **kw),
-                jaxpool.adaptive_max_pool2d_backward,
-                x,
-                implementation,
-                torch_case,
-                torch,
-            ),
-        )
+    for module, shapes in (
+        (bench_max_pool3d, pools),
+        (bench_adaptive_max_pool2d, adaptive),
+    ):
+        for case in shapes:
+            name, pool, backward, torch_pool, torch_backward = module.ops(case, torch)
+            x = jnp.asarray(rng.standard_normal(case[0]), jnp.float32)
+            torch_case = (torch_pool, torch_backward, device)
+            yield name, programs(pool, backward, x, implementation, torch_case, torch)
 
 
 def main(argv=None):

@@ -31,8 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_adaptive_max_pool2d
 import bench_max_pool3d
 
-import jaxpool
-
 
 def _digest(arr: Any) -> str:
     return hashlib.sha256(np.ascontiguousarray(np.asarray(arr)).tobytes()).hexdigest()
@@ -92,42 +90,14 @@ def cases(shapes_3d: list[Any], shapes_2d: list[Any], torch: Any) -> list[Any]:
     the benchmarks' definitions."""
     rng = np.random.default_rng(0)
     out = []
-    for shape, k, s, p in shapes_3d:
-        out.append(
-            (
-                f"{'x'.join(map(str, shape))} k{k} s{s} p{p}",
-                rng.standard_normal(shape).astype(np.float32),
-                lambda x, k=k, s=s, p=p, **kw: jaxpool.max_pool3d_with_argmax(
-                    x, k, s, p, **kw
-                ),
-                lambda g, x, i, k=k, s=s, p=p, **kw: (
-                    jaxpool.max_pool3d_with_argmax_backward(g, x, i, k, s, p, **kw)
-                ),
-                lambda xt, k=k, s=s, p=p: torch.nn.functional.max_pool3d(
-                    xt, k, s, p, return_indices=True
-                ),
-                lambda gt, xt, it, k=k, s=s, p=p: (
-                    torch.ops.aten.max_pool3d_with_indices_backward(
-                        gt, xt, [k] * 3, [s] * 3, [p] * 3, [1] * 3, False, it
-                    )
-                ),
-            )
-        )
-    for shape, o in shapes_2d:
-        out.append(
-            (
-                f"{'x'.join(map(str, shape))} -> {o[0]}x{o[1]}",
-                rng.standard_normal(shape).astype(np.float32),
-                lambda x, o=o, **kw: jaxpool.adaptive_max_pool2d(x, o, **kw),
-                jaxpool.adaptive_max_pool2d_backward,
-                lambda xt, o=o: torch.nn.functional.adaptive_max_pool2d(
-                    xt, o, return_indices=True
-                ),
-                lambda gt, xt, it: torch.ops.aten.adaptive_max_pool2d_backward(
-                    gt, xt, it
-                ),
-            )
-        )
+    for module, shapes in (
+        (bench_max_pool3d, shapes_3d),
+        (bench_adaptive_max_pool2d, shapes_2d),
+    ):
+        for case in shapes:
+            name, *calls = module.ops(case, torch)
+            x = rng.standard_normal(case[0]).astype(np.float32)
+            out.append((name, x, *calls))
     return out
 
 

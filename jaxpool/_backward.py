@@ -22,15 +22,17 @@ from ._planes import _flatten, accumulation_dtype
 from ._windows import AxisWindows, PoolSpec, flat_offsets, split
 
 
-def gather_sum(
+def covering_sum(
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     sharding: Any = None,
 ) -> jax.Array:
-    """Deterministic backward: for each input element, in a fixed order, add the
-    gradient of every window that covers it and chose it.
+    """Deterministic backward, without the aliased empty windows: for each
+    input element, in a fixed order, the gradient of every window that covers
+    it and chose it, in the accumulation dtype (then :func:`add_aliased`, and
+    round once).
 
     Windows are visited in increasing index order along each axis (at most
     ``ceil(span / stride)`` per axis), each a gather of one window per input
@@ -44,24 +46,7 @@ def gather_sum(
       x: shape ``(*B, *S, *T)`` and dtype of the result.
       spec: the pool.
       sharding: of the arrays built here (see ``_platform.plane_sharding``).
-
-    Returns:
-      ``(*B, *S, *T)`` gradient in ``x.dtype``, accumulated in
-      :func:`accumulation_dtype`.
     """
-    total = covering_sum(grad_output, indices, x, spec, sharding)
-    return add_aliased(total, grad_output, indices, x, spec, sharding)
-
-
-def covering_sum(
-    grad_output: jax.Array,
-    indices: jax.Array,
-    x: jax.ShapeDtypeStruct,
-    spec: PoolSpec,
-    sharding: Any = None,
-) -> jax.Array:
-    """:func:`gather_sum` over the windows that cover each element, in the
-    accumulation dtype, before the aliased empty windows."""
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     batch, _ = split(grad_output.ndim, nd, trail)
     acc = accumulation_dtype(x.dtype)
@@ -83,36 +68,35 @@ def add_aliased(
     total: jax.Array,
     grad_output: jax.Array,
     indices: jax.Array,
-    x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     sharding: Any = None,
 ) -> jax.Array:
-    """``total`` (a covering sum), plus the gradients of the windows with no
-    in-bounds tap whose index lands outside their own span (see
-    :func:`_alias_table`), rounded once to ``x.dtype``."""
+    """``total`` (a covering sum, in the accumulation dtype) plus the
+    gradients of the windows with no in-bounds tap whose index lands outside
+    their own span (see :func:`_alias_table`), in the same dtype: the
+    deterministic backward, to be rounded once."""
     table = _alias_table(spec.axes)
     if table is not None:
         nd, trail = spec.nd, spec.trail
         batch, _ = split(grad_output.ndim, nd, trail)
         indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
-        here = _positions(indices.dtype, x, spec, sharding)
+        here = _positions(indices.dtype, total, spec, sharding)
         flat_g = _flatten(grad_output.astype(total.dtype), nd, trail)
         flat_i = _flatten(indices, nd, trail)
         for row in table:
             g = jnp.take(flat_g, row, axis=batch, mode="fill", fill_value=0)
             i = jnp.take(flat_i, row, axis=batch, mode="fill", fill_value=-1)
-            g, i = g.reshape(x.shape), i.reshape(x.shape)
+            g, i = g.reshape(total.shape), i.reshape(total.shape)
             total = total + jnp.where(i == here, g, jnp.zeros((), total.dtype))
-    return total.astype(x.dtype)
+    return total
 
 
-def _positions(
-    dtype: Any, x: jax.ShapeDtypeStruct, spec: PoolSpec, sharding: Any
-) -> jax.Array:
-    """Each input element's own flat offset in its plane, broadcast to ``x``."""
+def _positions(dtype: Any, like: Any, spec: PoolSpec, sharding: Any) -> jax.Array:
+    """Each input element's own flat offset in its plane, broadcast to the
+    shape of ``like``."""
     in_size = spec.in_size
     here = flat_offsets([np.arange(n) for n in in_size], in_size, spec.trail)
-    return jnp.broadcast_to(here.astype(dtype), x.shape, out_sharding=sharding)
+    return jnp.broadcast_to(here.astype(dtype), like.shape, out_sharding=sharding)
 
 
 def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:

@@ -41,34 +41,17 @@ def _arguments(layer: Any, definition: type) -> dict[str, Any]:
     }
 
 
-_POOL = {
-    1: _ops.max_pool1d_with_argmax,
-    2: _ops.max_pool2d_with_argmax,
-    3: _ops.max_pool3d_with_argmax,
-}
-_ADAPTIVE = {
-    1: _ops.adaptive_max_pool1d,
-    2: _ops.adaptive_max_pool2d,
-    3: _ops.adaptive_max_pool3d,
-}
-_UNPOOL = {
-    1: _ops.max_unpool1d,
-    2: _ops.max_unpool2d,
-    3: _ops.max_unpool3d,
-}
-
-
 @dataclasses.dataclass(init=False, eq=False, repr=False)
 class _Pooling(_Layer):
     """A pool as a layer: its function's arguments and ``return_indices``."""
 
-    _functions: ClassVar[dict[int, Any]]
+    _function: ClassVar[str]  # the public function, "{nd}" for the axes
     _arguments_of: ClassVar[type]
     return_indices: bool = static_field(False, kw_only=True)
 
     def __call__(self, x: jax.Array) -> Any:
         """Pooled values, or ``(values, indices)`` with ``return_indices``."""
-        pool = self._functions[self.nd]
+        pool = getattr(_ops, self._function.format(nd=self.nd))
         values, indices = pool(x, **_arguments(self, self._arguments_of))
         return (values, indices) if self.return_indices else values
 
@@ -78,7 +61,7 @@ class MaxPool(_Pooling, PoolArgs):
     """``max_pool{nd}d_with_argmax`` as a layer: its arguments, channels-last
     by default, and ``return_indices``."""
 
-    _functions = _POOL
+    _function = "max_pool{nd}d_with_argmax"
     _arguments_of = PoolArgs
     channels_last: bool = static_field(True, kw_only=True)
 
@@ -88,7 +71,7 @@ class AdaptiveMaxPool(_Pooling, AdaptiveArgs):
     """``adaptive_max_pool{nd}d`` as a layer: its arguments, channels-last by
     default, and ``return_indices``."""
 
-    _functions = _ADAPTIVE
+    _function = "adaptive_max_pool{nd}d"
     _arguments_of = AdaptiveArgs
     channels_last: bool = static_field(True, kw_only=True)
 
@@ -112,5 +95,5 @@ class MaxUnpool(_Layer, UnpoolArgs):
             name = f"MaxUnpool{self.nd}d"
             shape = tuple(getattr(x, "shape", ()))
             output_size = _spec.unpool_output_size(name, self.nd, shape, self)
-        unpool = _UNPOOL[self.nd]
+        unpool = getattr(_ops, f"max_unpool{self.nd}d")
         return unpool(x, indices, output_size, channels_last=self.channels_last)

@@ -279,13 +279,19 @@ def _in_plane_int32(indices: jax.Array, size: int) -> jax.Array:
     return jnp.where(inside, indices, -1).astype(jnp.int32)
 
 
-def _covering_sum(
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def covering_sum(
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     interpret: bool,
 ) -> jax.Array:
+    """For each input element, the gradients of the windows that cover it and
+    chose it, added in a fixed order, in the accumulation dtype (unrounded):
+    ``_backward.covering_sum``, in one kernel. Linear in ``grad_output``, its
+    VJP is the cotangent read at each index that counts (inside the plane and
+    its own window's span)."""
     _check_sizes(spec)
     acc = accumulation_dtype(x.dtype)
     B, Q, T = _planes(grad_output, spec.nd, spec.trail)
@@ -308,24 +314,8 @@ def _covering_sum(
     return total.reshape(x.shape)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def covering_sum(
-    grad_output: jax.Array,
-    indices: jax.Array,
-    x: jax.ShapeDtypeStruct,
-    spec: PoolSpec,
-    interpret: bool,
-) -> jax.Array:
-    """For each input element, the gradients of the windows that cover it and
-    chose it, added in a fixed order, in the accumulation dtype (unrounded):
-    ``_backward.gather_sum`` before its aliased empty windows. Linear in
-    ``grad_output``, its VJP is the cotangent read at each index that counts
-    (inside the plane and its own window's span)."""
-    return _covering_sum(grad_output, indices, x, spec, interpret)
-
-
 def _covering_sum_fwd(grad_output, indices, x, spec, interpret):
-    return _covering_sum(grad_output, indices, x, spec, interpret), indices
+    return covering_sum(grad_output, indices, x, spec, interpret), indices
 
 
 def _covering_sum_bwd(x, spec, interpret, indices, ct):

@@ -148,7 +148,9 @@ def backward(
             emit = _pallas_form(_pallas_gather_sum, spec, x)
             return by_platform(emit, grad_output, indices, cpu=True, default=False)
         sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
-        return _backward.gather_sum(grad_output, indices, x, spec, sharding)
+        total = _backward.covering_sum(grad_output, indices, x, spec, sharding)
+        total = _backward.add_aliased(total, grad_output, indices, spec, sharding)
+        return total.astype(x.dtype)
     layout = dict(x=x, nd=spec.nd, trail=spec.trail)
     return _scatter(grad_output, indices, accumulate=True, **layout)
 
@@ -200,4 +202,4 @@ def _pallas_gather_sum(
 ) -> jax.Array:
     """The ``"gather"`` backward with Pallas's covering sum."""
     total: jax.Array = _pallas.covering_sum(grad_output, indices, x, spec, interpret)
-    return _backward.add_aliased(total, grad_output, indices, x, spec)
+    return _backward.add_aliased(total, grad_output, indices, spec).astype(x.dtype)

@@ -394,6 +394,17 @@ def _padding(
     return tuple(pairs)
 
 
+def _spec(
+    name: str, axes: Any, channels_last: bool, algorithm: Any, implementation: Any
+) -> PoolSpec:
+    """The spec of validated windows, with the algorithm and implementation
+    checked."""
+    algorithm = check_algorithm(name, algorithm)
+    return PoolSpec(
+        axes, channels_last, algorithm, check_implementation(name, implementation)
+    )
+
+
 def pool_spec(name: str, nd: int, shape: tuple[int, ...], args: PoolArgs) -> PoolSpec:
     """Validate a strided pool's arguments for an input of ``shape``."""
     channels_last = static_bool(name, "channels_last", args.channels_last)
@@ -423,9 +434,7 @@ def pool_spec(name: str, nd: int, shape: tuple[int, ...], args: PoolArgs) -> Poo
         AxisWindows(*a)
         for a in zip(spatial, out, k, s, (-lo for lo, _ in p), d, strict=True)
     )
-    algorithm = check_algorithm(name, args.algorithm)
-    implementation = check_implementation(name, args.implementation)
-    return PoolSpec(axes, channels_last, algorithm, implementation)
+    return _spec(name, axes, channels_last, args.algorithm, args.implementation)
 
 
 def pool_backward_spec(
@@ -487,9 +496,7 @@ def adaptive_spec(
     spatial = spatial_sizes(name, shape, nd, channels_last)
     out = _output_size(name, nd, spatial, args.output_size)
     axes = tuple(map(adaptive_axis, spatial, out))
-    algorithm = check_algorithm(name, args.algorithm)
-    implementation = check_implementation(name, args.implementation)
-    return PoolSpec(axes, channels_last, algorithm, implementation)
+    return _spec(name, axes, channels_last, args.algorithm, args.implementation)
 
 
 def adaptive_backward_spec(
@@ -510,12 +517,7 @@ def adaptive_backward_spec(
     of = "`grad_output`'s"
     check_shapes(name, grad_output.shape, nd, channels_last, of=of, indices=indices)
     axes = tuple(map(adaptive_axis, spatial, out))
-    return PoolSpec(
-        axes,
-        channels_last,
-        check_algorithm(name, algorithm),
-        check_implementation(name, implementation),
-    )
+    return _spec(name, axes, channels_last, algorithm, implementation)
 
 
 def unpool_output_size(

@@ -11,15 +11,14 @@ from helpers import (
     INPUT_KINDS,
     assert_close,
     assert_same,
-    check_against_oracle,
     make_input,
     require,
     rng_for,
 )
 from jax.test_util import check_grads
+from test_family import check_adaptive
 
 import jaxpool
-from jaxpool import reference
 
 # (input shape, output_size, resolved output size)
 CONFIGS = {
@@ -40,18 +39,8 @@ CONFIGS = {
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", CONFIGS)
 def test_matches_oracle_exactly(name, dtype, kind):
-    shape, output_size, out = CONFIGS[name]
-    rng = rng_for(name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    check_against_oracle(
-        lambda x: jaxpool.adaptive_max_pool2d(x, output_size),
-        jaxpool.adaptive_max_pool2d_backward,
-        x,
-        reference.adaptive_max_pool(x, out),
-        2,
-        rng,
-        dtype,
-    )
+    shape, output_size, _ = CONFIGS[name]
+    check_adaptive(2, shape, output_size, rng_for(name, dtype, kind), dtype, kind)
 
 
 def test_windows_follow_the_exact_integer_formula():

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import require
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -67,6 +68,7 @@ def test_gpu_check_runs_dry(tmp_path):
     """benchmarks/gpu_check.sh, the one prepared run for a lent GPU, works end
     to end: its dry mode runs every step on tiny shapes and the CPU, and
     writes the files the device tool can return (at most 8)."""
+    require("torch")  # the script measures against it
     out = tmp_path / "gpu_out"
     run = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_check.sh")],

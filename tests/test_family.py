@@ -107,13 +107,11 @@ DTYPE_KINDS = [
 assert {k for _, k in DTYPE_KINDS} == set(INPUT_KINDS)
 
 
-@pytest.mark.parametrize("dtype, kind", DTYPE_KINDS)
-@pytest.mark.parametrize("name", POOL_CONFIGS)
-def test_pool_matches_oracle_exactly(name, dtype, kind):
-    nd, shape, *args = POOL_CONFIGS[name]
-    rng = rng_for(name, dtype, kind)
+def check_pool(nd, shape, args, rng, dtype, kind, **options):
+    """A strided pool, ``args`` in the oracle's form, against the oracle on an
+    input of ``kind`` (``options``: more keyword arguments of the ops)."""
     x = make_input(rng, shape, dtype, kind)
-    kwargs = _pool_kwargs(*args)
+    kwargs = {**_pool_kwargs(*args), **options}
     check_against_oracle(
         lambda x: POOL[nd](x, **kwargs),
         lambda g, x, i, **kw: POOL_BWD[nd](g, x, i, **kwargs, **kw),
@@ -123,6 +121,30 @@ def test_pool_matches_oracle_exactly(name, dtype, kind):
         rng,
         dtype,
     )
+
+
+def check_adaptive(nd, shape, output_size, rng, dtype, kind, **options):
+    """An adaptive pool against the oracle, as :func:`check_pool`."""
+    x = make_input(rng, shape, dtype, kind)
+    spatial = shape[len(shape) - nd :]
+    full = (output_size,) * nd if isinstance(output_size, int) else output_size
+    full = tuple(s if o is None else o for s, o in zip(spatial, full, strict=True))
+    check_against_oracle(
+        lambda x: ADAPTIVE[nd](x, output_size, **options),
+        lambda g, x, i, **kw: ADAPTIVE_BWD[nd](g, x, i, **options, **kw),
+        x,
+        reference.adaptive_max_pool(x, full),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype, kind", DTYPE_KINDS)
+@pytest.mark.parametrize("name", POOL_CONFIGS)
+def test_pool_matches_oracle_exactly(name, dtype, kind):
+    nd, shape, *args = POOL_CONFIGS[name]
+    check_pool(nd, shape, args, rng_for(name, dtype, kind), dtype, kind)
 
 
 ADAPTIVE_CONFIGS = {
@@ -138,17 +160,7 @@ ADAPTIVE_CONFIGS = {
 @pytest.mark.parametrize("name", ADAPTIVE_CONFIGS)
 def test_adaptive_matches_oracle_exactly(name, dtype, kind):
     nd, shape, out = ADAPTIVE_CONFIGS[name]
-    rng = rng_for(name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    check_against_oracle(
-        lambda x: ADAPTIVE[nd](x, out),
-        lambda g, x, i, **kw: ADAPTIVE_BWD[nd](g, x, i, **kw),
-        x,
-        reference.adaptive_max_pool(x, out),
-        nd,
-        rng,
-        dtype,
-    )
+    check_adaptive(nd, shape, out, rng_for(name, dtype, kind), dtype, kind)
 
 
 # ------------------------------------------------------------ padding forms

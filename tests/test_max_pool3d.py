@@ -80,17 +80,15 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("kind", INPUT_KINDS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CONFIGS)
-def test_matches_oracle_exactly(name, dtype, kind):
+def check_config(name, rng, dtype, kind, **options):
+    """Configuration ``name`` against the oracle on an input of ``kind``
+    (``options``: more keyword arguments of the ops)."""
     shape, kwargs = CONFIGS[name]
-    rng = rng_for(name, dtype, kind)
     x = make_input(rng, shape, dtype, kind)
     check_against_oracle(
-        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs),
+        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs, **options),
         lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
-            g, x, i, **kwargs, **kw
+            g, x, i, **kwargs, **options, **kw
         ),
         x,
         oracle(x, **kwargs),
@@ -98,6 +96,13 @@ def test_matches_oracle_exactly(name, dtype, kind):
         rng,
         dtype,
     )
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_matches_oracle_exactly(name, dtype, kind):
+    check_config(name, rng_for(name, dtype, kind), dtype, kind)
 
 
 @pytest.mark.parametrize("kind", INPUT_KINDS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 import test_adaptive as adaptive_grid
 import test_family as family_grid
@@ -22,7 +21,6 @@ import test_torch as torch_grid
 from helpers import (
     DTYPES,
     assert_same,
-    check_against_oracle,
     cotangent,
     make_input,
     require,
@@ -30,10 +28,15 @@ from helpers import (
 )
 from hypothesis import given, settings
 from jax import export
-from test_properties import _check, adaptive_cases, pool_cases
+from test_properties import (
+    adaptive_cases,
+    check_adaptive_case,
+    check_pool_case,
+    pool_cases,
+)
 
 import jaxpool
-from jaxpool import _platform, reference
+from jaxpool import _platform
 
 PALLAS = dict(implementation="pallas")
 TRITON = "__gpu$xla.gpu.triton"
@@ -50,39 +53,15 @@ def _rotating(names):
 
 @pytest.mark.parametrize("name, dtype, kind", _rotating(pool3d_grid.CONFIGS))
 def test_max_pool3d_matches_oracle(name, dtype, kind):
-    shape, kwargs = pool3d_grid.CONFIGS[name]
     rng = rng_for("pallas", name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    check_against_oracle(
-        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs, **PALLAS),
-        lambda g, x, i, **kw: jaxpool.max_pool3d_with_argmax_backward(
-            g, x, i, **kwargs, **PALLAS, **kw
-        ),
-        x,
-        pool3d_grid.oracle(x, **kwargs),
-        3,
-        rng,
-        dtype,
-    )
+    pool3d_grid.check_config(name, rng, dtype, kind, **PALLAS)
 
 
 @pytest.mark.parametrize("name, dtype, kind", _rotating(family_grid.POOL_CONFIGS))
 def test_max_pool_family_matches_oracle(name, dtype, kind):
     nd, shape, *args = family_grid.POOL_CONFIGS[name]
     rng = rng_for("pallas", name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    kwargs = family_grid._pool_kwargs(*args)
-    check_against_oracle(
-        lambda x: family_grid.POOL[nd](x, **kwargs, **PALLAS),
-        lambda g, x, i, **kw: family_grid.POOL_BWD[nd](
-            g, x, i, **kwargs, **PALLAS, **kw
-        ),
-        x,
-        reference.max_pool(x, *args),
-        nd,
-        rng,
-        dtype,
-    )
+    family_grid.check_pool(nd, shape, args, rng, dtype, kind, **PALLAS)
 
 
 ADAPTIVE = {
@@ -95,19 +74,7 @@ ADAPTIVE = {
 def test_adaptive_matches_oracle(name, dtype, kind):
     nd, shape, output_size = ADAPTIVE[name]
     rng = rng_for("pallas", name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    spatial = shape[len(shape) - nd :]
-    full = (output_size,) * nd if isinstance(output_size, int) else output_size
-    full = tuple(s if o is None else o for s, o in zip(spatial, full, strict=True))
-    check_against_oracle(
-        lambda x: family_grid.ADAPTIVE[nd](x, output_size, **PALLAS),
-        lambda g, x, i, **kw: family_grid.ADAPTIVE_BWD[nd](g, x, i, **PALLAS, **kw),
-        x,
-        reference.adaptive_max_pool(x, full),
-        nd,
-        rng,
-        dtype,
-    )
+    family_grid.check_adaptive(nd, shape, output_size, rng, dtype, kind, **PALLAS)
 
 
 @pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
@@ -176,41 +143,13 @@ def test_adaptive_max_pool2d_matches_torch(case):
 @settings(max_examples=25)
 @given(pool_cases())
 def test_max_pool_sweep(case):
-    nd = case["nd"]
-    args = [case[k] for k in ("kernel", "stride", "padding", "dilation")]
-    args.append(case["ceil_mode"])
-    kw = dict(channels_last=case["channels_last"], **PALLAS)
-    fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
-    bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
-    x = make_input(
-        np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["kind"]
-    )
-    _check(
-        case,
-        lambda x: fwd(x, *args, **kw),
-        lambda g, x, i, **k: bwd(g, x, i, *args, **kw, **k),
-        reference.max_pool(x, *args),
-    )
+    check_pool_case(case, **PALLAS)
 
 
 @settings(max_examples=25)
 @given(adaptive_cases())
 def test_adaptive_sweep(case):
-    nd, out = case["nd"], case["output_size"]
-    kw = dict(channels_last=case["channels_last"], **PALLAS)
-    fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
-    bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
-    spatial = case["shape"][-nd:]
-    full = tuple(s if o is None else o for s, o in zip(spatial, out, strict=True))
-    x = make_input(
-        np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["kind"]
-    )
-    _check(
-        case,
-        lambda x: fwd(x, out, **kw),
-        lambda g, x, i, **k: bwd(g, x, i, **kw, **k),
-        reference.adaptive_max_pool(x, full),
-    )
+    check_adaptive_case(case, **PALLAS)
 
 
 # ------------------------------------------------------------- transforms

@@ -90,8 +90,9 @@ def _check(case, forward, backward, want):
     assert_same(back(gathered), want_grad, "grad (gather)")
 
 
-@given(pool_cases())
-def test_max_pool_matches_oracle(case):
+def check_pool_case(case, **options):
+    """A drawn strided pool (``options``: more keyword arguments of the op, as
+    ``implementation``) against the oracle; returns the oracle's result."""
     nd = case["nd"]
     args = (
         case["kernel"],
@@ -100,13 +101,25 @@ def test_max_pool_matches_oracle(case):
         case["dilation"],
         case["ceil_mode"],
     )
-    kw = dict(channels_last=case["channels_last"])
+    kw = dict(channels_last=case["channels_last"], **options)
     fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
     bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
     rng = np.random.default_rng(case["seed"])
     x = make_input(rng, case["shape"], case["dtype"], case["kind"])
     want = reference.max_pool(x, *args)
-    spatial = case["shape"][-nd:]
+    _check(
+        case,
+        lambda x: fwd(x, *args, **kw),
+        lambda g, x, i, **k: bwd(g, x, i, *args, **kw, **k),
+        want,
+    )
+    return want
+
+
+@given(pool_cases())
+def test_max_pool_matches_oracle(case):
+    want = check_pool_case(case)
+    nd = case["nd"]
     overlapping = any(
         s < d * (k - 1) + 1
         for s, k, d in zip(
@@ -116,17 +129,12 @@ def test_max_pool_matches_oracle(case):
     event(f"{nd}-d")
     event(f"{case['dtype']}, {case['kind']}")
     event("overlapping windows" if overlapping else "disjoint windows")
-    event("a (lo, hi) pair" if any(isinstance(p, tuple) for p in args[2]) else "ints")
+    pairs = any(isinstance(p, tuple) for p in case["padding"])
+    event("a (lo, hi) pair" if pairs else "ints")
     event("channels-last" if case["channels_last"] else "channels-first")
     event(f"outputs: {'<= 4' if want[0].size <= 4 else '> 4'}")
-    if (np.asarray(want[1]) >= np.prod(spatial)).any():
+    if (np.asarray(want[1]) >= np.prod(case["shape"][-nd:])).any():
         event("a window with no in-bounds tap")
-    _check(
-        case,
-        lambda x: fwd(x, *args, **kw),
-        lambda g, x, i, **k: bwd(g, x, i, *args, **kw, **k),
-        want,
-    )
 
 
 @st.composite
@@ -146,11 +154,12 @@ def adaptive_cases(draw):
     )
 
 
-@given(adaptive_cases())
-def test_adaptive_max_pool_matches_oracle(case):
+def check_adaptive_case(case, **options):
+    """A drawn adaptive pool (``options`` as in :func:`check_pool_case`)
+    against the oracle; returns the full output size."""
     nd = case["nd"]
     out = case["output_size"]
-    kw = dict(channels_last=case["channels_last"])
+    kw = dict(channels_last=case["channels_last"], **options)
     fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
     bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
     rng = np.random.default_rng(case["seed"])
@@ -158,17 +167,21 @@ def test_adaptive_max_pool_matches_oracle(case):
     full = tuple(
         s if o is None else o for s, o in zip(case["shape"][-nd:], out, strict=True)
     )
-    event(f"{nd}-d")
-    uneven = any(s % o for s, o in zip(case["shape"][-nd:], full, strict=True))
-    event("non-integer ratio" if uneven else "integer ratios")
-    event(
-        "output larger than input"
-        if any(o > s for s, o in zip(case["shape"][-nd:], full, strict=True))
-        else "output not larger"
-    )
     _check(
         case,
         lambda x: fwd(x, out, **kw),
         lambda g, x, i, **k: bwd(g, x, i, **kw, **k),
         reference.adaptive_max_pool(x, full),
     )
+    return full
+
+
+@given(adaptive_cases())
+def test_adaptive_max_pool_matches_oracle(case):
+    full = check_adaptive_case(case)
+    spatial = case["shape"][-case["nd"] :]
+    event(f"{case['nd']}-d")
+    uneven = any(s % o for s, o in zip(spatial, full, strict=True))
+    event("non-integer ratio" if uneven else "integer ratios")
+    larger = any(o > s for s, o in zip(spatial, full, strict=True))
+    event("output larger than input" if larger else "output not larger")
