@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from ._planes import _flatten, accumulation_dtype
-from ._windows import AxisWindows, PoolSpec, flat_offsets, split
+from ._windows import AxisWindows, PoolSpec, flat_offsets, row_major_strides, split
 
 
 def covering_sum(
@@ -115,7 +115,8 @@ def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
     in_size = tuple(w.size for w in axes)
     starts = [w.positions(0) + w.first_tap() * w.dilation for w in axes]
     grids = np.meshgrid(*starts, indexing="ij")
-    targets = sum(g * math.prod(in_size[a + 1 :]) for a, g in enumerate(grids))
+    strides = row_major_strides(in_size)
+    targets = sum(g * s for g, s in zip(grids, strides, strict=True))
     hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
     plane = math.prod(in_size)
     landed = hollow & (targets < plane)

@@ -21,7 +21,7 @@ import jax
 from . import _platform
 from ._planes import gather_at
 from ._spec import check_indices as _check_indices
-from ._windows import PoolSpec, with_spatial
+from ._windows import PoolSpec, split, with_spatial
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -102,7 +102,7 @@ def unpool(
 ) -> jax.Array:
     """``x`` placed at ``indices`` in zeros of ``out``, differentiable in ``x``;
     ``check_indices`` adds a ``checkify`` check."""
-    first, stop = len(out.shape) - nd - trail, len(out.shape) - trail
+    first, stop = split(len(out.shape), nd, trail)
     _check_indices(name, indices, math.prod(out.shape[first:stop]), check_indices)
     with jax.named_scope(f"jaxpool.{name}"):
         return _unpool_jit(x, indices, out, nd, trail)

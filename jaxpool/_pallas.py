@@ -38,8 +38,17 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from ._planes import accumulation_dtype, gather_at
-from ._windows import INT32_MAX, AxisWindows, PoolSpec, split
+from ._planes import accumulation_dtype, gather_at, in_plane
+from ._windows import (
+    INT32_MAX,
+    AxisWindows,
+    PoolSpec,
+    empty_windows,
+    per_window,
+    row_major_strides,
+    split,
+    with_spatial,
+)
 
 # Tap loops up to this many are unrolled; longer ones are a loop.
 UNROLL = 64
@@ -84,10 +93,9 @@ def _div(a: jax.Array, b: int) -> jax.Array:
 
 def _coordinates(flat: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
     """Row-major coordinates of non-negative flat offsets into ``sizes``."""
-    strides = [math.prod(sizes[a + 1 :]) for a in range(len(sizes))]
     return [
         lax.rem(_div(flat, s), jnp.int32(n))
-        for s, n in zip(strides, sizes, strict=True)
+        for s, n in zip(row_major_strides(sizes), sizes, strict=True)
     ]
 
 
@@ -123,11 +131,11 @@ def _scan(sizes: tuple[int, ...], body: Any, carry: Any) -> Any:
 # ---------------------------------------------------------------- forward
 
 
-def _forward_kernel(x_ref, v_ref, i_ref, *, spec, P, Q, T, BQ, BT) -> None:
+def _forward_kernel(x_ref, v_ref, i_ref, *, spec, Q, T, BQ, BT) -> None:
     axes = spec.axes
     b, q, q_ok, t, t_ok = _program(Q, T, BQ, BT)
     o = _coordinates(jnp.where(q_ok, q, 0), spec.out_size)
-    strides = [math.prod(spec.in_size[a + 1 :]) for a in range(spec.nd)]
+    strides = row_major_strides(spec.in_size)
     starts, ends, firsts = [], [], []
     for w, oa in zip(axes, o, strict=True):
         if w.starts:  # adaptive: [floor(o L / O), ceil((o + 1) L / O))
@@ -177,12 +185,11 @@ def _forward(x: jax.Array, spec: PoolSpec, interpret: bool) -> tuple[Any, Any]:
     _check_sizes(spec)
     B, P, T = _planes(x, spec.nd, spec.trail)
     Q = math.prod(spec.out_size)
-    first, stop = split(x.ndim, spec.nd, spec.trail)
-    out_shape = (*x.shape[:first], *spec.out_size, *x.shape[stop:])
+    out_shape = with_spatial(x.shape, spec.nd, spec.trail, spec.out_size)
     if B * T == 0:  # no plane: nothing to launch
         return jnp.zeros(out_shape, x.dtype), jnp.zeros(out_shape, jnp.int32)
     BQ, BT = _tiles(Q, T)
-    kernel = functools.partial(_forward_kernel, spec=spec, P=P, Q=Q, T=T, BQ=BQ, BT=BT)
+    kernel = functools.partial(_forward_kernel, spec=spec, Q=Q, T=T, BQ=BQ, BT=BT)
     values, indices = pl.pallas_call(
         kernel,
         out_shape=[
@@ -215,13 +222,9 @@ def _forward_jvp(spec: PoolSpec, interpret: bool, primals: Any, tangents: Any) -
     (x,), (x_dot,) = primals, tangents
     values, indices = _forward(x, spec, interpret)
     values_dot = gather_at(x_dot, indices, spec.nd, spec.trail, 0.0)
-    empty = [w.empty() for w in spec.axes]
-    if any(e.any() for e in empty):
-        lead, _ = split(values.ndim, spec.nd, spec.trail)
-        hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
-        shape = [1] * values.ndim
-        shape[lead : lead + spec.nd] = hollow.shape
-        hollow = jnp.asarray(hollow.reshape(shape))
+    lead, _ = split(values.ndim, spec.nd, spec.trail)
+    hollow = empty_windows(spec.axes, lead, values.shape)
+    if hollow is not None:
         values_dot = jnp.where(hollow, jnp.zeros((), values_dot.dtype), values_dot)
     indices_dot = np.zeros(indices.shape, jax.dtypes.float0)
     return (values, indices), (values_dot, indices_dot)
@@ -245,11 +248,11 @@ def _covering(w: AxisWindows, c: jax.Array) -> tuple[jax.Array, jax.Array, int]:
     return jnp.maximum(low, 0), jnp.minimum(high, w.out - 1), slots
 
 
-def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, Q, T, BP, BT) -> None:
+def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, T, BP, BT) -> None:
     b, p, p_ok, t, t_ok = _program(P, T, BP, BT)
     c = _coordinates(jnp.where(p_ok, p, 0), spec.in_size)
     bounds = [_covering(w, ca) for w, ca in zip(spec.axes, c, strict=True)]
-    out_strides = [math.prod(spec.out_size[a + 1 :]) for a in range(spec.nd)]
+    out_strides = row_major_strides(spec.out_size)
     t_at = jnp.where(t_ok, t, 0)[None, :]
     zero = jnp.zeros((), o_ref.dtype)
 
@@ -268,15 +271,6 @@ def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, Q, T, BP, BT) -> None:
     total = _scan(sizes, window, jnp.zeros((BP, BT), o_ref.dtype))
     lanes = p_ok[:, None] & t_ok[None, :]
     plgpu.store(o_ref.at[b, p[:, None], t[None, :]], total, mask=lanes)
-
-
-def _in_plane_int32(indices: jax.Array, size: int) -> jax.Array:
-    """``indices`` as int32, ``-1`` (no position) wherever outside ``[0, size)``:
-    an index of any dtype compared exactly before it is narrowed."""
-    inside = indices >= 0
-    if size <= jnp.iinfo(indices.dtype).max:
-        inside = inside & (indices < size)
-    return jnp.where(inside, indices, -1).astype(jnp.int32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
@@ -299,7 +293,7 @@ def covering_sum(
     if B * T == 0:  # no plane: nothing to launch
         return jnp.zeros(x.shape, acc)
     BP, BT = _tiles(P, T)
-    kernel = functools.partial(_backward_kernel, spec=spec, P=P, Q=Q, T=T, BP=BP, BT=BT)
+    kernel = functools.partial(_backward_kernel, spec=spec, P=P, T=T, BP=BP, BT=BT)
     total = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((B, P, T), acc),
@@ -309,7 +303,8 @@ def covering_sum(
         name="jaxpool_backward",
     )(
         grad_output.reshape(B, Q, T),
-        _in_plane_int32(indices, P).reshape(B, Q, T),
+        # -1 (no position) outside the plane, compared before int32 narrowing.
+        jnp.where(in_plane(indices, P), indices, -1).astype(jnp.int32).reshape(B, Q, T),
     )
     return total.reshape(x.shape)
 
@@ -333,16 +328,13 @@ def _in_own_span(indices: jax.Array, spec: PoolSpec) -> jax.Array:
     own window's span: the indices that :func:`covering_sum` counts."""
     nd, trail = spec.nd, spec.trail
     lead, _ = split(indices.ndim, nd, trail)
-    plane = math.prod(spec.in_size)
-    inside = (indices >= 0) & (indices < plane)
+    inside = in_plane(indices, math.prod(spec.in_size))
     flat = jnp.where(inside, indices, 0).astype(jnp.int32)
-    strides = [math.prod(spec.in_size[a + 1 :]) for a in range(nd)]
+    strides = row_major_strides(spec.in_size)
     for a, (w, stride) in enumerate(zip(spec.axes, strides, strict=True)):
         coordinate = (flat // stride) % w.size
-        lo, hi = w.span()
-        shape = [1] * indices.ndim
-        shape[lead + a] = w.out
-        lo = jnp.asarray(lo.reshape(shape).astype(np.int32))
-        hi = jnp.asarray(hi.reshape(shape).astype(np.int32))
+        lo, hi = (
+            per_window(e.astype(np.int32), lead + a, indices.shape) for e in w.span()
+        )
         inside = inside & (coordinate >= lo) & (coordinate < hi)
     return inside

@@ -69,7 +69,7 @@ def gather_at(
     return per_plane(plane, lead, trail)(_flatten(x, nd, trail), indices)
 
 
-def _in_plane(indices: jax.Array, size: int) -> jax.Array:
+def in_plane(indices: jax.Array, size: int) -> jax.Array:
     """Whether each index lies in ``[0, size)``, compared in its own dtype."""
     inside = indices >= jnp.array(0, indices.dtype)
     if size <= jnp.iinfo(indices.dtype).max:
@@ -87,7 +87,7 @@ def _global_offsets(
     size = math.prod(shape[first:stop])
     # (planes, Q, T): one division per element to delinearize, not one per axis.
     planar = indices.reshape(math.prod(shape[:first]), -1, math.prod(shape[stop:]))
-    inside = _in_plane(planar, size)
+    inside = in_plane(planar, size)
     plane = lax.broadcasted_iota(jnp.int32, planar.shape, 0)
     channel = lax.broadcasted_iota(jnp.int32, planar.shape, 2)
     offsets = plane * size + jnp.where(inside, planar, 0).astype(jnp.int32)

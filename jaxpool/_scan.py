@@ -32,7 +32,14 @@ from jax import lax
 
 from ._fusion import materialize
 from ._planes import gather_at
-from ._windows import AxisWindows, PoolSpec, split
+from ._windows import (
+    AxisWindows,
+    PoolSpec,
+    empty_windows,
+    per_window,
+    row_major_strides,
+    split,
+)
 
 
 class ScanForm(NamedTuple):
@@ -206,14 +213,6 @@ def _padded_tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.
     return lax.pad(part, jnp.array(-jnp.inf, x.dtype), config)
 
 
-def _per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
-    """A per-window constant ``column`` along ``axis``, shaped to broadcast
-    against an array of ``shape``."""
-    keep = [1] * len(shape)
-    keep[axis] = shape[axis]
-    return jnp.asarray(column.reshape(keep))
-
-
 def _pass(
     best: jax.Array,
     index: jax.Array | None,
@@ -233,7 +232,7 @@ def _pass(
     compares positions: :func:`_after`). With ``pad_taps`` (one pass only)
     ``best`` is the unpadded input and each tap pads itself.
     """
-    strides = _plane_strides(axes)
+    strides = row_major_strides([w.size for w in axes])
     values = chosen = None
     for taps in itertools.product(*(range(axes[a].taps) for a in group)):
         value, tap_index = best, index
@@ -247,7 +246,7 @@ def _pass(
                 tap_index = _tap(tap_index, lead + a, axes[a], j)
         shape = value.shape
         offset = sum(
-            _per_window(axes[a].positions(j) * strides[a], lead + a, shape)
+            per_window(axes[a].positions(j) * strides[a], lead + a, shape)
             for a, j in zip(group, taps, strict=True)
         )
         offset = jnp.broadcast_to(
@@ -273,11 +272,6 @@ def _pass(
     return values, chosen
 
 
-def _plane_strides(axes: tuple[AxisWindows, ...]) -> list[int]:
-    """The flat-offset stride of each spatial axis in the unpadded plane."""
-    return [math.prod(w.size for w in axes[a + 1 :]) for a in range(len(axes))]
-
-
 def _two_size_pass(
     best: jax.Array,
     index: jax.Array | None,
@@ -297,14 +291,14 @@ def _two_size_pass(
     start) begins the scan; ``best`` and ``index`` are as in :func:`_pass`.
     """
     w, axis = axes[a], lead + a
-    stride = _plane_strides(axes)[a]
+    stride = row_major_strides([w.size for w in axes])[a]
     starts, sizes = np.asarray(w.starts), np.subtract(w.ends, w.starts)
     small, large = int(sizes.min()), int(sizes.max())
 
     def candidates(tap: int, count: int) -> tuple[jax.Array, jax.Array]:
         """Tap ``tap`` of the windows starting at ``0 .. count - 1``."""
         value = lax.slice_in_dim(best, tap, tap + count, axis=axis)
-        offset = _per_window((np.arange(count) + tap) * stride, axis, value.shape)
+        offset = per_window((np.arange(count) + tap) * stride, axis, value.shape)
         offset = jnp.broadcast_to(
             jnp.asarray(offset, jnp.int32), value.shape, out_sharding=sharding
         )
@@ -360,7 +354,7 @@ def _first_tap(
     force = [axes[a].first_tap() == j for a, j in zip(group, taps, strict=True)]
     if not all(f.any() for f in force):
         return take
-    masks = [_per_window(f, lead + a, shape) for a, f in zip(group, force, strict=True)]
+    masks = [per_window(f, lead + a, shape) for a, f in zip(group, force, strict=True)]
     return take | functools.reduce(jnp.logical_and, masks)
 
 
@@ -370,9 +364,7 @@ def _mask_empty(
     """``-inf`` for every window with no in-bounds tap (possible with
     dilation), whatever element its index (its first non-negative tap, out of
     bounds along some axis) lands on."""
-    empty = [w.empty() for w in axes]
-    if not any(e.any() for e in empty):
+    hollow = empty_windows(axes, lead, values.shape)
+    if hollow is None:
         return values
-    masks = [_per_window(e, lead + a, values.shape) for a, e in enumerate(empty)]
-    hollow = functools.reduce(jnp.logical_or, masks)
     return jnp.where(hollow, jnp.array(-jnp.inf, values.dtype), values)

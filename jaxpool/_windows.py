@@ -10,6 +10,7 @@ channels-last array, 0 otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
@@ -192,13 +193,39 @@ def with_spatial(
     return (*shape[:first], *sizes, *shape[stop:])
 
 
+def row_major_strides(sizes: Sequence[int]) -> list[int]:
+    """The flat-offset stride of each axis of a row-major array of ``sizes``."""
+    return [math.prod(sizes[a + 1 :]) for a in range(len(sizes))]
+
+
+def per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
+    """A per-window constant ``column`` along ``axis``, shaped to broadcast
+    against an array of ``shape``."""
+    keep = [1] * len(shape)
+    keep[axis] = shape[axis]
+    return jnp.asarray(column.reshape(keep))
+
+
+def empty_windows(
+    axes: tuple[AxisWindows, ...], lead: int, shape: tuple[int, ...]
+) -> jax.Array | None:
+    """Whether each window has no in-bounds tap (possible with dilation), shaped
+    to broadcast against an array of ``shape`` whose spatial axes start at
+    ``lead``; ``None`` when every window has one."""
+    empty = [w.empty() for w in axes]
+    if not any(e.any() for e in empty):
+        return None
+    masks = [per_window(e, lead + a, shape) for a, e in enumerate(empty)]
+    return functools.reduce(jnp.logical_or, masks)
+
+
 def flat_offsets(
     positions: Sequence[np.ndarray], in_size: tuple[int, ...], trail: int = 0
 ) -> jax.Array:
     """int32 flat offsets ``sum(pos[a] * plane_stride[a])``, shape ``(*P, 1 *
     trail)`` where ``P`` are the positions' lengths."""
     n = len(positions)
-    strides = [math.prod(in_size[a + 1 :]) for a in range(n)]
+    strides = row_major_strides(in_size)
     flat = jnp.zeros((1,) * (n + trail), jnp.int32)
     for a, (pos, stride) in enumerate(zip(positions, strides, strict=True)):
         shape = [1] * (n + trail)
