@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: one prepared run answers everything, within 9 minutes (each
-# step has its own time limit, together 8.9 minutes, so a slow step costs only
+# step has its own time limit, together 9.0 minutes, so a slow step costs only
 # itself) on
 # the lent H200 (jax 0.11 with CUDA, torch 2.11, no network: nothing is
 # installed, PYTHONPATH=. instead).
 #
 #   OUT=gpu_out bash benchmarks/gpu_check.sh
 #
-# Writes 7 files under $OUT (the device tool returns at most 8):
+# Writes 8 files under $OUT (the device tool returns at most 8):
 #   summary.txt          the machine, then the tests on the GPU: the Pallas
 #                        kernels compiled (tests/test_pallas.py) and the oracle
 #                        grids of XLA's accelerator forms, natively there
@@ -19,6 +19,11 @@
 #   reproducibility.txt  each backward run 20 times: distinct results
 #   profile.txt          per-kernel time of each contender (jaxpool xla,
 #                        jaxpool pallas, torch CUDA)
+#   compiled.json        the compile-time facts of the benchmarked programs
+#                        (benchmarks/compiled.py) on this GPU and on the
+#                        compile-only H200 that CI checks: kernels, Triton
+#                        registers and spills, PTX atomics and CAS loops, so
+#                        that the measured figures confirm or refute each
 #
 # GPU_CHECK_DRY=1 runs every step on tiny shapes and the CPU (Pallas's
 # interpreter, torch CPU): a check that the script itself works, in CI.
@@ -31,11 +36,13 @@ summary="$out/summary.txt"
 : >"$summary"
 
 if [ "${GPU_CHECK_DRY:-0}" = 1 ]; then
-  size=(--quick) device=cpu runs=3 calls=2
+  size=(--quick) device=cpu platform=cpu runs=3 calls=2
   tests=(tests/test_pallas.py -k "bad_implementation or none_is_xla")
+  compiled=(--quick --targets h200)
 else
-  size=(--large) device=cuda runs=20 calls=10
+  size=(--large) device=cuda platform=cuda runs=20 calls=10
   tests=(tests/test_pallas.py tests/test_accelerator_forms.py -k "not sweep")
+  compiled=(--targets gpu,h200 --programs "^(8x32x64³ k2 s2|8x32x64³ k3 s2 p1|2x32x96³ k3 s1 p1) ")
 fi
 
 step() { echo "== $1 ($(date +%T))" | tee -a "$summary"; }
@@ -47,7 +54,7 @@ step "machine"
 } 2>&1 | tee -a "$summary"
 
 step "tests on the device"
-timeout 220 python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+JAX_PLATFORMS="$platform" timeout 175 python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" \
   --maxfail=20 "${tests[@]}" 2>&1 | tail -n 30 | tee -a "$summary"
 
 step "benchmarks: max_pool3d"
@@ -75,4 +82,7 @@ for implementation in pallas xla; do
     --implementation "$implementation" "${torch[@]}" >>"$out/profile.txt" 2>&1
 done
 tail -n 2 "$out/profile.txt" | tee -a "$summary"
+step "compile-time facts beside the figures"
+JAX_PLATFORMS="$platform" timeout 45 python3 benchmarks/compiled.py "${compiled[@]}" \
+  --json "$out/compiled.json" 2>&1 | grep -E "^(h200|gpu) " | tail -n 40 | tee -a "$summary"
 step "done"

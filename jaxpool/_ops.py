@@ -105,8 +105,10 @@ def max_pool3d_with_argmax(
         dilation * (kernel_size - 1) + 1`` on every axis, as in 2x2 stride 2)
         each element receives at most one gradient, so the scatter-add is an
         elementwise select (the ``"gather"`` algorithm: same bits, no scatter);
-        elsewhere ``"scatter"``. ``"scatter"`` or ``"gather"`` (deterministic)
-        force one; see [`jaxpool.max_pool3d_with_argmax_backward`][].
+        where windows overlap, ``"scatter"`` on CPU and the deterministic
+        ``"gather"`` on GPU and TPU (no atomics, no serialised scatter).
+        ``"scatter"`` or ``"gather"`` (deterministic) force one; see
+        [`jaxpool.max_pool3d_with_argmax_backward`][].
       implementation: the kernels. ``None`` (default): the platform's
         choice, XLA's everywhere until a GPU measurement shows Pallas
         faster (see the docs' performance page). ``"xla"``: XLA's
@@ -624,9 +626,10 @@ def adaptive_max_pool2d(
         Static: under ``jax.jit`` close over it or mark it static.
       channels_last: ``x`` (and the outputs) keep channels in the last axis.
       algorithm: how ``jax.grad`` computes the gradient: ``"auto"`` (default:
-        the scatter; adaptive windows that do not overlap are a strided pool,
-        and get its elementwise select), ``"scatter"`` or ``"gather"``
-        (deterministic); see [`jaxpool.adaptive_max_pool2d_backward`][].
+        the scatter on CPU, the deterministic gather on GPU and TPU; adaptive
+        windows that do not overlap are a strided pool, and get its
+        elementwise select), ``"scatter"`` or ``"gather"`` (deterministic);
+        see [`jaxpool.adaptive_max_pool2d_backward`][].
       implementation: ``None``, ``"xla"`` or ``"pallas"``; see
         [`jaxpool.max_pool3d_with_argmax`][].
 

@@ -116,21 +116,28 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     return by_platform(emit, x, cpu=cpu, default=accelerator)
 
 
-def algorithm(spec: PoolSpec, own_indices: bool) -> str:
-    """The backward algorithm that runs: the spec's, or for ``"auto"``, where
-    the indices are the forward's own (each then lies in its own window), the
-    ``"gather"`` algorithm if windows are disjoint (an elementwise select: each
-    input element receives at most one gradient, so the scatter's bits without
-    a scatter) or the backward is Pallas's (deterministic, without atomics);
-    the scatter elsewhere."""
+def algorithm(spec: PoolSpec, own_indices: bool, cpu: bool) -> str:
+    """The backward algorithm that runs on CPU (``cpu``) or on an accelerator:
+    the spec's, or for ``"auto"``:
+
+    - ``"scatter"`` where the indices may come from anywhere (not
+      ``own_indices``): only the scatter honours an index outside its window;
+    - ``"gather"`` where windows are disjoint (an elementwise select: each
+      input element receives at most one gradient, so the scatter's bits
+      without a scatter), or where the backward is Pallas's;
+    - where windows overlap, the scatter on CPU and the deterministic gather
+      on GPU and TPU: XLA's GPU scatter-add sums in a varying order, and
+      jaxlib 0.10.2-0.11.0 compile its float adds to a compare-and-swap loop;
+      a TPU serialises scatters (the performance docs give the compiled
+      programs that chose this).
+    """
     if spec.algorithm != "auto":
         return spec.algorithm
     if not own_indices:
         return "scatter"
-    # Pallas's backward is the deterministic one, fast where windows overlap.
     disjoint = all(w.disjoint for w in spec.axes)
     pallas = implementation(spec, "backward") == "pallas"
-    return "gather" if disjoint or pallas else "scatter"
+    return "gather" if disjoint or pallas or not cpu else "scatter"
 
 
 def backward(
@@ -143,7 +150,23 @@ def backward(
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
     the forward's, as in its VJP), in each platform's form."""
-    if algorithm(spec, own_indices) == "gather":
+
+    def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        return functools.partial(_backward_with, chosen, x=x, spec=spec)
+
+    on_cpu, elsewhere = (algorithm(spec, own_indices, cpu) for cpu in (True, False))
+    return by_platform(emit, grad_output, indices, cpu=on_cpu, default=elsewhere)
+
+
+def _backward_with(
+    chosen: str,
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+) -> jax.Array:
+    """The backward with the ``chosen`` algorithm, in each platform's form."""
+    if chosen == "gather":
         if implementation(spec, "backward") == "pallas":
             emit = _pallas_form(_pallas_gather_sum, spec, x)
             return by_platform(emit, grad_output, indices, cpu=True, default=False)

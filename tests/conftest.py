@@ -7,6 +7,14 @@ import os
 # Test workers share a machine (pytest -n auto): on a GPU, none may take most
 # of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The suite runs on the CPU unless told otherwise (``JAX_PLATFORMS=cuda
+# pytest ...`` on a GPU, as benchmarks/gpu_check.sh does). With the ``aot``
+# extra's libtpu installed, a second JAX process that probes for a TPU fails
+# on libtpu's machine-wide lock file, plain CPU runs included, and one that
+# builds a compile-only TPU topology does even under JAX_PLATFORMS=cpu: both
+# settings reach the workers and the scripts the tests start.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import jax
 import pytest

@@ -87,3 +87,7 @@ def test_gpu_check_runs_dry(tmp_path):
         assert {"jaxpool pallas", "jaxpool", "torch"} <= {r["contender"] for r in rows}
     assert "jaxpool pallas gather" in (out / "reproducibility.txt").read_text()
     assert "torch forward" in (out / "profile.txt").read_text()
+    require("jax_cuda12_plugin")  # the compile-only H200 of the dry run
+    facts = json.loads((out / "compiled.json").read_text())["rows"]
+    pallas = [r for r in facts if r["program"].endswith("pallas")]
+    assert pallas and all(r["compiled"] and r["triton"] for r in pallas), pallas

@@ -32,6 +32,8 @@ def _needs(block: str) -> set[str]:
     for module, dep in layers.items():
         if re.search(rf"from jaxpool import {module.split('.')[1]}\b", block):
             needs.add(dep)
+    if "get_topology_desc(" in block and '"tpu"' in block:
+        needs.add("libtpu")  # the aot extra's compile-only TPU
     return needs
 
 
@@ -56,6 +58,12 @@ EXPECTATIONS = {
     "message": lambda ns: "holds 16 at position [0 0 1 1]" in ns["message"],
     "grad_xs": lambda ns: ns["grad_xs"].sharding.spec[:2] == ("n", "c"),
     "values_dot": lambda ns: ns["values_dot"].shape == ns["values"].shape,
+    "repeat": lambda ns: (
+        ns["grad_x"].shape == ns["x"].shape
+        and np.array_equal(np.asarray(ns["grad_x"]), np.asarray(ns["repeat"]))
+    ),
+    # The step reads its input at least once: XLA's TPU cost model, not zero.
+    "tpu_bytes": lambda ns: ns["tpu_bytes"] >= ns["x"].size * 4,
 }
 
 CASES = [

@@ -1,0 +1,529 @@
+"""Compile jaxpool's programs for an H200 and a TPU v5e on a machine with
+neither, and record what XLA made of each: XLA's estimates, not timings.
+
+XLA compiles for a device that is not there (``jax.experimental.topologies``):
+the CUDA plugin with XLA's own H200 target spec (``targets/h200.txtpb``) gives
+a compile-only H200, libtpu a compile-only v5e. A program compiled that way is
+the real one: its optimized HLO, its kernels and their PTX (Triton's too), its
+temporaries, and on TPU XLA's cost model. Needs the ``aot`` extra; run with
+``JAX_PLATFORMS=cpu`` (nothing opens a device)::
+
+    pip install ".[aot]"
+    JAX_PLATFORMS=cpu python benchmarks/compiled.py \\
+        --json benchmarks/results/compiled.json \\
+        --markdown benchmarks/results/compiled.md
+
+Per program and target: compiled, or the error (a program too big for the
+chip fails with RESOURCE_EXHAUSTED); the kernels launched (GPU: the thunk
+sequence, with grids; TPU: the entry computation's fusions and calls); the
+Triton kernels; registers and spills (``ptxas -v`` on every PTX module);
+scatter / gather / while / sort left in the optimized HLO; atomics and
+compare-and-swap loops in the PTX; temporaries; on TPU bytes accessed, flops
+and ``optimal_seconds`` (negative where an op's cost is unknown: compare
+bytes), with ratios to the ``lax.reduce_window`` references on the same shape.
+``tests/test_compiled.py`` asserts the structural promises on the same facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import jaxpool
+
+HERE = Path(__file__).resolve().parent
+TARGETS = ("h200", "v5e")  # compile-only; "gpu" is a real GPU, where there is one
+# What the optimized HLO is searched for (whole modules: fused computations too).
+OPS = ("scatter", "gather", "while", "sort")
+
+
+@functools.cache
+def device(target: str) -> jax.Device:
+    """The compile-only device of ``target`` (``"h200"`` or ``"v5e"``)."""
+    from jax.experimental import topologies
+
+    if target == "h200":
+        config = (HERE / "targets" / "h200.txtpb").read_text()
+        topology = topologies.get_topology_desc(
+            platform="cuda", target_config=config, topology="1x1x1"
+        )
+    elif target == "v5e":
+        topology = topologies.get_topology_desc("v5e:2x2", "tpu")
+    elif target == "gpu":  # the real one, on a machine that has it
+        return jax.devices("gpu")[0]
+    else:
+        raise ValueError(f"compiled.device: unknown target {target!r}")
+    return topology.devices[0]
+
+
+def available(target: str) -> str | None:
+    """``None`` if ``target`` can be compiled for here, else why not."""
+    try:
+        device(target)
+    except Exception as e:  # a missing plugin raises several kinds
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
+
+def on(target: str, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Any:
+    """An abstract argument placed on ``target``'s compile-only device."""
+    sharding = jax.sharding.SingleDeviceSharding(device(target))
+    return jax.ShapeDtypeStruct(shape, jnp.dtype(dtype), sharding=sharding)
+
+
+def compile_for(fn: Callable[..., Any], args: list[Any], target: str) -> dict:
+    """Compile ``jax.jit(fn)`` for ``args`` (from :func:`on`) and read the
+    facts of the compiled program; ``{"compiled": False, "error": ...}`` if it
+    does not compile."""
+    dump = Path(tempfile.mkdtemp(prefix="jaxpool_compiled_"))
+    options = {"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True}
+    try:
+        lowered = jax.jit(fn).trace(*args).lower()
+        compiled = lowered.compile(compiler_options=options)
+    except Exception as e:
+        message = str(e).strip().splitlines()
+        return {"compiled": False, "error": f"{type(e).__name__}: {message[0]}"}
+    try:
+        hlo = compiled.as_text()
+        facts: dict[str, Any] = {"compiled": True, "error": None}
+        facts["ops"] = {op: count_ops(hlo, op) for op in OPS}
+        memory = compiled.memory_analysis()
+        facts["temp_bytes"] = int(memory.temp_size_in_bytes)
+        facts["argument_bytes"] = int(memory.argument_size_in_bytes)
+        facts["output_bytes"] = int(memory.output_size_in_bytes)
+        if target in ("h200", "gpu"):
+            facts.update(_gpu_facts(dump, hlo))
+        else:
+            facts.update(_tpu_facts(compiled, hlo))
+        facts["hlo"] = hlo
+        return facts
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+def count_ops(hlo: str, op: str) -> int:
+    """Instructions of opcode ``op`` in an HLO module's text."""
+    pattern = rf"^\s*(?:ROOT )?\S+ = [^=]*?\s{re.escape(op)}\("
+    return len(re.findall(pattern, hlo, re.M))
+
+
+def _gpu_facts(dump: Path, hlo: str) -> dict[str, Any]:
+    """Kernels (thunk sequence), Triton kernels, PTX atomics, registers."""
+    thunks = "\n".join(p.read_text() for p in dump.glob("*thunk_sequence.txt"))
+    kernels = re.findall(r"\] (\S+) grid: \[([\d, ]+)\]", thunks)
+    names = re.findall(r"^\s*(?:ROOT )?%?([\w.-]+) = ", hlo, re.M)
+    instructions = {re.sub(r"[.-]", "_", name) for name in names}
+    ptx = "\n".join(p.read_text() for p in sorted(dump.glob("*.ptx")))
+    return {
+        "kernels": [f"{name} [{grid.replace(' ', '')}]" for name, grid in kernels],
+        # XLA names its kernels after their fusions; a Pallas kernel keeps its
+        # own name, and its HLO is a Triton custom call.
+        "triton": [name for name, _ in kernels if name not in instructions],
+        "triton_calls": hlo.count('custom_call_target="__gpu$xla.gpu.triton"'),
+        **ptx_atomics(ptx),
+        "registers": _registers(dump),
+    }
+
+
+def ptx_atomics(ptx: str) -> dict[str, int]:
+    """Atomic instructions in PTX text: all of them, the compare-and-swaps (a
+    float add lowered to a CAS retry loop) and the native float adds."""
+    float_add = r"^\s*(?:atom|red)\.[\w.]*\.add\.(?:f16|bf16|f32|f64)\b"
+    return {
+        "atomics": len(re.findall(r"^\s*(?:atom|red)\.", ptx, re.M)),
+        "cas_loops": len(re.findall(r"^\s*atom\.[\w.]*\.cas\.", ptx, re.M)),
+        "float_atomic_adds": len(re.findall(float_add, ptx, re.M)),
+    }
+
+
+def _registers(dump: Path) -> dict[str, dict[str, int]]:
+    """``ptxas -v`` of every PTX module: registers and spill bytes per kernel
+    (empty where no ptxas is installed)."""
+    ptxas = _ptxas()
+    if ptxas is None:
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    for path in sorted(dump.glob("*.ptx")):
+        arch = re.search(r"^\.target (\S+)", path.read_text(), re.M)
+        arch_flag = f"-arch={arch.group(1) if arch else 'sm_90a'}"
+        run = subprocess.run(
+            [ptxas, arch_flag, "-v", str(path), "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for entry, body in re.findall(
+            r"Compiling entry function '(\w+)'.*?\n(.*?Used \d+ registers)",
+            run.stderr,
+            re.S,
+        ):
+            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill", body)
+            found[entry] = {
+                "registers": int(re.search(r"Used (\d+) registers", body).group(1)),
+                "spill_bytes": int(spills.group(1)) + int(spills.group(2))
+                if spills
+                else 0,
+            }
+    return found
+
+
+@functools.cache
+def _ptxas() -> str | None:
+    """The ptxas of the ``nvidia-cuda-nvcc-cu12`` wheel, else one on PATH."""
+    with contextlib.suppress(ImportError):
+        import nvidia.cuda_nvcc
+
+        for root in nvidia.cuda_nvcc.__path__:
+            candidate = Path(root) / "bin" / "ptxas"
+            if candidate.exists():
+                return str(candidate)
+    return shutil.which("ptxas")
+
+
+def _tpu_facts(compiled: Any, hlo: str) -> dict[str, Any]:
+    """XLA's TPU cost model and the entry computation's kernels."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    entry = hlo[hlo.index("\nENTRY") :]
+    entry = entry[: entry.index("\n}")]
+    skip = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+    kernels = [
+        f"{name} ({op})"
+        for name, op in re.findall(
+            r"^\s*(?:ROOT )?%?([\w.-]+) = .*?\s([a-z-]+)\(", entry, re.M
+        )
+        if op not in skip
+    ]
+    return {
+        "kernels": kernels,
+        "bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
+        "flops": float(cost.get("flops", float("nan"))),
+        "optimal_seconds": float(cost.get("optimal_seconds", float("nan"))),
+    }
+
+
+# ------------------------------------------------------------------ programs
+
+
+class Program(NamedTuple):
+    """A named program: ``build(target) -> (fn, args)``; ``reference``: the
+    program of the same shape it is compared with; ``targets``: where it
+    claims to run."""
+
+    name: str
+    build: Callable[[str], tuple[Callable[..., Any], list[Any]]]
+    reference: str | None = None
+    targets: tuple[str, ...] = TARGETS
+
+
+def train_step(values_of: Callable[[jax.Array], jax.Array]) -> Callable[..., Any]:
+    """The gradient of ``sum(w * values_of(x))`` with respect to ``x``: the
+    backward of a training step. ``w`` is an argument (as a constant, XLA
+    would fold the program around it)."""
+
+    def loss(x: jax.Array, w: jax.Array) -> jax.Array:
+        return jnp.sum(w * values_of(x)).astype(jnp.float32)
+
+    return jax.grad(loss)
+
+
+def pool_programs(
+    label: str,
+    shape: tuple[int, ...],
+    kernel: int,
+    stride: int,
+    padding: int,
+    *,
+    dtype: Any = jnp.float32,
+    channels_last: bool = False,
+    pallas: bool = True,
+) -> list[Program]:
+    """The forward, the train steps of each algorithm (and Pallas's on the
+    H200) of one strided pool, and the ``lax.reduce_window`` references."""
+    nd = len(shape) - 2
+    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    window = (kernel,) * nd
+    strides = (stride,) * nd
+    pads = ((padding, padding),) * nd
+    if channels_last:
+        dims, steps, padded = (1, *window, 1), (1, *strides, 1), ((0, 0), *pads, (0, 0))
+    else:
+        dims, steps, padded = (1, 1, *window), (1, 1, *strides), ((0, 0), (0, 0), *pads)
+
+    def forward(**kw: Any) -> Callable[[str], Any]:
+        def build(target: str) -> Any:
+            def fn(x: jax.Array) -> Any:
+                return pool(
+                    x, kernel, stride, padding, channels_last=channels_last, **kw
+                )
+
+            return fn, [on(target, shape, dtype)]
+
+        return build
+
+    def reduce_window(x: jax.Array) -> jax.Array:
+        return lax.reduce_window(x, -jnp.inf, lax.max, dims, steps, padded)
+
+    def step(values_of: Callable[[jax.Array], jax.Array]) -> Callable[[str], Any]:
+        def build(target: str) -> Any:
+            out = jax.eval_shape(values_of, jax.ShapeDtypeStruct(shape, dtype))
+            return train_step(values_of), [
+                on(target, shape, dtype),
+                on(target, out.shape, out.dtype),
+            ]
+
+        return build
+
+    def values(**kw: Any) -> Callable[[jax.Array], jax.Array]:
+        return lambda x: pool(
+            x, kernel, stride, padding, channels_last=channels_last, **kw
+        )[0]
+
+    def reference_forward(target: str) -> Any:
+        return reduce_window, [on(target, shape, dtype)]
+
+    ref_f, ref_s = f"{label} reduce_window forward", f"{label} reduce_window step"
+    programs = [
+        Program(ref_f, reference_forward),
+        Program(ref_s, step(reduce_window)),
+        Program(f"{label} forward", forward(), ref_f),
+    ]
+    for algorithm in ("auto", "scatter", "gather"):
+        programs.append(
+            Program(
+                f"{label} step {algorithm}", step(values(algorithm=algorithm)), ref_s
+            )
+        )
+    if pallas:
+        impl = {"implementation": "pallas"}
+        programs += [
+            Program(f"{label} forward pallas", forward(**impl), ref_f, ("h200",)),
+            Program(f"{label} step pallas", step(values(**impl)), ref_s, ("h200",)),
+        ]
+    return programs
+
+
+def adaptive_programs(
+    label: str, shape: tuple[int, ...], output_size: tuple[int, ...]
+) -> list[Program]:
+    """The forward and the train steps of one adaptive pool (no reference:
+    ``reduce_window`` has no adaptive windows)."""
+    nd = len(shape) - 2
+    pool = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+
+    def forward(target: str) -> Any:
+        return (lambda x: pool(x, output_size)), [on(target, shape)]
+
+    def step(algorithm: str) -> Callable[[str], Any]:
+        def build(target: str) -> Any:
+            values = train_step(lambda x: pool(x, output_size, algorithm=algorithm)[0])
+            return values, [on(target, shape), on(target, (*shape[:2], *output_size))]
+
+        return build
+
+    return [Program(f"{label} forward", forward)] + [
+        Program(f"{label} step {a}", step(a)) for a in ("auto", "scatter", "gather")
+    ]
+
+
+def benchmark_programs(quick: bool = False) -> list[Program]:
+    """The benchmark shapes (float32, channels first unless named), plus
+    bfloat16 and channels-last rows; ``quick``: the same programs on tiny
+    shapes (for the script's own test)."""
+    if quick:
+        return pool_programs("2x4x8³ k3 s2 p1", (2, 4, 8, 8, 8), 3, 2, 1) + (
+            adaptive_programs("2x4x9x13 → 2x3", (2, 4, 9, 13), (2, 3))
+        )
+    return [
+        *pool_programs("8x32x64³ k2 s2", (8, 32, 64, 64, 64), 2, 2, 0),
+        *pool_programs("8x32x64³ k3 s2 p1", (8, 32, 64, 64, 64), 3, 2, 1),
+        *pool_programs("2x32x96³ k3 s1 p1", (2, 32, 96, 96, 96), 3, 1, 1),
+        *pool_programs("32x64x112² k3 s2 p1", (32, 64, 112, 112), 3, 2, 1),
+        *pool_programs(
+            "8x32x64³ k3 s2 p1 bf16",
+            (8, 32, 64, 64, 64),
+            3,
+            2,
+            1,
+            dtype=jnp.bfloat16,
+            pallas=False,
+        ),
+        # 128 channels fill a TPU's lanes (32 would pad them 4x); the same
+        # bytes as 8x32x64³.
+        *pool_programs(
+            "2x64³x128 k3 s2 p1 channels-last",
+            (2, 64, 64, 64, 128),
+            3,
+            2,
+            1,
+            channels_last=True,
+            pallas=False,
+        ),
+        *adaptive_programs("128x64x97x131 → 13x17", (128, 64, 97, 131), (13, 17)),
+    ]
+
+
+# ------------------------------------------------------------------- report
+
+
+def run(programs: list[Program], targets: tuple[str, ...]) -> list[dict]:
+    """Compile every program for every target it claims; one row each."""
+    rows = []
+    for target in targets:
+        why = available(target)
+        for program in programs:
+            if target not in program.targets and not (
+                target == "gpu" and "h200" in program.targets
+            ):
+                continue
+            row = {"program": program.name, "target": target}
+            if why is not None:
+                row.update(compiled=False, error=f"target unavailable: {why}")
+            else:
+                fn, args = program.build(target)
+                row.update(compile_for(fn, args, target))
+                row.pop("hlo", None)
+            row["reference"] = program.reference
+            rows.append(row)
+            print(_line(row), flush=True)
+    _ratios(rows)
+    return rows
+
+
+def _ratios(rows: list[dict]) -> None:
+    """Each row's bytes and temporaries over its reference's (same target)."""
+    by_key = {(r["program"], r["target"]): r for r in rows}
+    for row in rows:
+        ref = by_key.get((row["reference"], row["target"]))
+        if not (ref and ref.get("compiled") and row.get("compiled")):
+            continue
+        for key in ("bytes_accessed", "temp_bytes"):
+            if key in row and ref.get(key):
+                row[f"{key}_ratio"] = row[key] / ref[key]
+
+
+def _line(row: dict) -> str:
+    if not row.get("compiled"):
+        return f"{row['target']:5} {row['program']}: {row['error']}"
+    mb = (
+        f" {row['bytes_accessed'] / 1e6:,.0f} MB accessed"
+        if "bytes_accessed" in row
+        else ""
+    )
+    return (
+        f"{row['target']:5} {row['program']}: {len(row['kernels'])} kernels,"
+        f"{mb} temp {row['temp_bytes'] / 1e6:,.0f} MB"
+    )
+
+
+def markdown(rows: list[dict]) -> str:
+    """One table per target."""
+    out = []
+    for target in (*TARGETS, "gpu"):
+        mine = [r for r in rows if r["target"] == target]
+        if not mine:
+            continue
+        if target == "v5e":
+            out += [
+                "### TPU v5e (compile-only): XLA's TPU cost model",
+                "",
+                "| program | bytes accessed | vs reference | temporaries | vs reference"
+                " | flops | kernels | scatter / gather / while / sort |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+        else:
+            what = "H200 (compile-only)" if target == "h200" else "This machine's GPU"
+            out += [
+                f"### {what}: the compiled program",
+                "",
+                "| program | kernels | Triton | registers (spills) | PTX atomics"
+                " (CAS loops) | temporaries | vs reference"
+                " | scatter / gather / while / sort |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+        for r in mine:
+            if not r.get("compiled"):
+                out.append(f"| {r['program']} | {r['error'][:120]} |" + " |" * 6)
+                continue
+            ops = " / ".join(str(r["ops"][op]) for op in OPS)
+            temp = f"{r['temp_bytes'] / 1e6:,.0f} MB"
+            temp_ratio = _ratio(r, "temp_bytes_ratio")
+            if target == "v5e":
+                out.append(
+                    f"| {r['program']} | {r['bytes_accessed'] / 1e6:,.0f} MB"
+                    f" | {_ratio(r, 'bytes_accessed_ratio')} | {temp} | {temp_ratio}"
+                    f" | {r['flops'] / 1e9:,.2f} G | {len(r['kernels'])} | {ops} |"
+                )
+            else:
+                regs = ", ".join(
+                    f"{k} {v['registers']}"
+                    + (f" ({v['spill_bytes']} B)" if v["spill_bytes"] else "")
+                    for k, v in r["registers"].items()
+                    if k in r["triton"]
+                )
+                out.append(
+                    f"| {r['program']} | {len(r['kernels'])} | {len(r['triton'])}"
+                    f" | {regs or '-'} | {r['atomics']} ({r['cas_loops']})"
+                    f" | {temp} | {temp_ratio} | {ops} |"
+                )
+        out.append("")
+    return "\n".join(out)
+
+
+def _ratio(row: dict, key: str) -> str:
+    return f"{row[key]:.2f}x" if key in row else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--programs", default="", help="regex on program names")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    targets = tuple(t for t in args.targets.split(",") if t)
+    programs = [
+        p for p in benchmark_programs(args.quick) if re.search(args.programs, p.name)
+    ]
+    rows = run(programs, targets)
+    header = {
+        "date": datetime.date.today().isoformat(),
+        "jax": jax.__version__,
+        "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+        "note": "compile-only: XLA's estimates, not timings",
+        "argv": sys.argv[1:],
+    }
+    if args.json:
+        args.json.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
+    table = markdown(rows)
+    if args.markdown:
+        title = (
+            f"# Compiled for accelerators, {header['date']}, jax {header['jax']}\n\n"
+        )
+        args.markdown.write_text(title + header["note"] + ".\n\n" + table)
+    print(table)
+    return 0 if all(r.get("compiled") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

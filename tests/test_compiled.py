@@ -1,0 +1,253 @@
+"""Every public program compiled for an H200 and a TPU v5e, here on the CPU,
+and the structural promises asserted on the compiled programs.
+
+``benchmarks/compiled.py`` compiles for XLA's compile-only devices (the ``aot``
+extra: the CUDA plugin with XLA's H200 spec, libtpu) and reads the facts of
+each program: its optimized HLO, kernels, PTX and temporaries. Each test
+compiles one program (every public op, its standalone backward of each
+algorithm, and ``jax.grad`` of each algorithm and each implementation that
+claims the platform) and asserts:
+
+- it compiles;
+- no ``while`` loop (the CPU's fusion boundary stays on the CPU);
+- no gather in the forward of strided windows, no scatter in a deterministic
+  program (``"gather"``, and ``jax.grad``'s ``"auto"`` on accelerators);
+- on the H200: no atomics in the PTX of a deterministic program, and atomics
+  in the scatter's (so the check sees them); a Triton kernel in every
+  ``implementation="pallas"`` program and in no other;
+- on the H200, temporaries of at most a few times the program's arguments
+  and outputs (on a TPU, tiny arrays are tiled to (8, 128) and mostly kept on
+  the chip: the TPU's temporaries are bounded on the benchmark shapes below).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import NO_SKIP, require
+
+import jaxpool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import compiled
+
+# (shape, pool arguments, adaptive output size) per number of spatial axes:
+# overlapping strided windows (kernel 3, stride 2, padding 1) and irregular
+# adaptive windows, where the scatter and the gather differ.
+CASES = {
+    1: ((2, 3, 16), (3, 2, 1), (5,)),
+    2: ((2, 3, 12, 12), (3, 2, 1), (5, 7)),
+    3: ((2, 3, 8, 8, 8), (3, 2, 1), (3, 5, 3)),
+}
+# H200 temporaries at most this many times the arguments and outputs together.
+TEMP_BOUND = 4
+
+
+class Case:
+    """One program: ``fn`` of ``shapes``, and what it promises."""
+
+    def __init__(self, name, fn, shapes, *, kind, deterministic, pallas=False):
+        self.name, self.fn, self.shapes = name, fn, shapes
+        self.kind = kind  # "forward", "backward" or "grad"
+        self.deterministic, self.pallas = deterministic, pallas
+
+
+def _cases() -> dict[str, Case]:
+    cases = {}
+
+    def add(case: Case) -> None:
+        cases[case.name] = case
+
+    for nd, (shape, (k, s, p), output_size) in CASES.items():
+        pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+        pool_backward = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+        adaptive = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+        adaptive_backward = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
+        unpool = getattr(jaxpool, f"max_unpool{nd}d")
+        window = (k, s, p)
+        pooled = jax.eval_shape(lambda x, f=pool, a=window: f(x, *a), _abstract(shape))
+        out_shape = pooled[0].shape
+        adaptive_shape = (*shape[:2], *output_size)
+        families = {
+            f"max_pool{nd}d": (
+                lambda x, f=pool, a=window, **kw: f(x, *a, **kw),
+                lambda g, x, i, f=pool_backward, a=window, **kw: f(g, x, i, *a, **kw),
+                out_shape,
+            ),
+            f"adaptive_max_pool{nd}d": (
+                lambda x, f=adaptive, o=output_size, **kw: f(x, o, **kw),
+                lambda g, x, i, f=adaptive_backward, **kw: f(g, x, i, **kw),
+                adaptive_shape,
+            ),
+        }
+        for family, (forward, backward, pooled_shape) in families.items():
+            add(
+                Case(
+                    f"{family} forward",
+                    forward,
+                    [shape],
+                    kind="forward",
+                    deterministic=True,
+                )
+            )
+            for algorithm in ("scatter", "gather"):
+
+                def standalone(g, x, i, backward=backward, algorithm=algorithm):
+                    return backward(g, x, i, algorithm=algorithm)
+
+                add(
+                    Case(
+                        f"{family}_backward {algorithm}",
+                        standalone,
+                        [pooled_shape, shape, (pooled_shape, jnp.int32)],
+                        kind="backward",
+                        deterministic=algorithm == "gather",
+                    )
+                )
+            implementations = [("xla", "auto"), ("xla", "scatter"), ("xla", "gather")]
+            implementations.append(("pallas", "auto"))
+            for implementation, algorithm in implementations:
+                add(
+                    Case(
+                        f"{family} grad {algorithm} {implementation}",
+                        _grad(
+                            forward, algorithm=algorithm, implementation=implementation
+                        ),
+                        [shape],
+                        kind="grad",
+                        deterministic=algorithm != "scatter",
+                        pallas=implementation == "pallas",
+                    )
+                )
+            add(
+                Case(
+                    f"{family} forward pallas",
+                    functools.partial(forward, implementation="pallas"),
+                    [shape],
+                    kind="forward",
+                    deterministic=True,
+                    pallas=True,
+                )
+            )
+
+        def unpooled(x, i, unpool=unpool, size=shape[2:]):
+            return unpool(x, i, output_size=size)
+
+        add(
+            Case(
+                f"max_unpool{nd}d forward",
+                unpooled,
+                [out_shape, (out_shape, jnp.int32)],
+                kind="forward",
+                deterministic=False,  # a scatter, of distinct indices
+            )
+        )
+        add(
+            Case(
+                f"max_unpool{nd}d grad",
+                jax.grad(lambda x, i, f=unpooled: jnp.sum(f(x, i) ** 2)),
+                [out_shape, (out_shape, jnp.int32)],
+                kind="grad",
+                deterministic=False,
+            )
+        )
+    return cases
+
+
+def _abstract(shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def _grad(forward, **kw):
+    """``jax.grad`` of a weighted sum of the pooled values."""
+
+    def loss(x):
+        values = forward(x, **kw)[0]
+        w = jnp.asarray(np.linspace(-1, 1, values.size, dtype=np.float32))
+        return jnp.sum(w.reshape(values.shape) * values)
+
+    return jax.grad(loss)
+
+
+CASE_SET = _cases()
+
+
+@functools.cache
+def _target(target: str) -> None:
+    require("jax_cuda12_plugin" if target == "h200" else "libtpu")
+    why = compiled.available(target)
+    if why is not None:
+        reason = f"no compile-only {target} here: {why}"
+        if NO_SKIP:
+            pytest.fail(f"{reason}; JAXPOOL_NO_SKIP=1 forbids skipping")
+        pytest.skip(reason)
+
+
+def _params():
+    for target in compiled.TARGETS:
+        for name, case in CASE_SET.items():
+            if case.pallas and target != "h200":
+                continue  # Pallas's kernels are Triton's: GPUs only
+            yield pytest.param(target, name, id=f"{target}-{name}")
+
+
+@pytest.mark.parametrize("target, name", list(_params()))
+def test_compiles_with_its_promises(target, name):
+    _target(target)
+    case = CASE_SET[name]
+    args = [
+        compiled.on(target, *(s if isinstance(s[0], tuple) else (s,)))
+        for s in case.shapes
+    ]
+    facts = compiled.compile_for(case.fn, args, target)
+    assert facts["compiled"], facts["error"]
+    ops = facts["ops"]
+    assert ops["while"] == 0, "a while loop (the CPU's fusion boundary?)"
+    if case.kind == "forward" and "adaptive" not in name and "unpool" not in name:
+        assert ops["gather"] == 0, "a gather in the forward of strided windows"
+    if case.deterministic:
+        assert ops["scatter"] == 0, "a scatter in a deterministic program"
+    if target == "h200":
+        if case.deterministic:
+            assert facts["atomics"] == 0, "atomics in a deterministic program"
+        elif "unpool" not in name:
+            assert facts["atomics"] > 0, "the scatter's atomics went unseen"
+        assert bool(facts["triton"]) == case.pallas, facts["kernels"]
+        if case.pallas:
+            assert facts["triton_calls"] == len(facts["triton"])
+            spilled = {k: v for k, v in facts["registers"].items() if v["spill_bytes"]}
+            assert not spilled, f"register spills: {spilled}"
+        io = facts["argument_bytes"] + facts["output_bytes"]
+        assert facts["temp_bytes"] <= TEMP_BOUND * io, (facts["temp_bytes"], io)
+
+
+def test_the_checks_see_what_they_look_for():
+    """The HLO and PTX readers count what they claim to: a scatter and a
+    gather in hand-written HLO, a CAS loop and a float atomic in PTX lines."""
+    hlo = """
+  %gather.1 = f32[4]{0} gather(f32[8]{0} %a, s32[4,1]{1,0} %i), offset_dims={}
+  ROOT %scatter-add.0 = f32[8]{0} scatter(%z, %i, %u), update_window_dims={}
+  %w = (s32[], f32[8]) while((s32[], f32[8]) %t), condition=%c, body=%b
+  %m = f32[8]{0} multiply(%a, %a), metadata={op_name="scatter(gather(x))"}
+"""
+    assert compiled.count_ops(hlo, "gather") == 1
+    assert compiled.count_ops(hlo, "scatter") == 1
+    assert compiled.count_ops(hlo, "while") == 1
+    assert compiled.count_ops(hlo, "sort") == 0
+    ptx = """
+\tld.global.f32 \t%f1, [%rd1];
+\tatom.relaxed.sys.global.cas.b32 \t%r5, [%rd5], %r97, %r96;
+\tatom.relaxed.sys.global.add.f32 \t%f2, [%rd5], %f1;
+\tred.global.add.u32 \t[%rd2], 1;
+"""
+    assert compiled.ptx_atomics(ptx) == {
+        "atomics": 3,
+        "cas_loops": 1,
+        "float_atomic_adds": 1,
+    }
