@@ -51,7 +51,7 @@ class SegNet(nnx.Module):
         self.enc2 = nnx.Conv(16, 32, (3, 3), rngs=rngs)
         self.dec2 = nnx.Conv(32, 16, (3, 3), rngs=rngs)
         self.dec1 = nnx.Conv(16, 1, (3, 3), rngs=rngs)
-        self.unpool = jpnnx.MaxUnpool2d(2)  # channels-last, like Flax
+        self.unpool = jpnnx.MaxUnpool2d(2)  # PyTorch's nn.MaxUnpool2d(2), channels-last
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h1 = nnx.relu(self.enc1(x))  # (N, 32, 32, 16)

@@ -4,7 +4,11 @@
 whose backward rule calls the backward kernel with the same spec (already
 valid: nothing is re-validated or rebuilt inside the VJP); ``backward`` is that
 kernel for the public backward ops; ``unpool`` is a ``custom_vjp`` whose
-backward is a gather at the indices (PyTorch's). Each is jitted with its
+backward is a gather at the indices (PyTorch's). The forward rules call the
+kernels, never a ``custom_vjp`` (one nested in its own forward rule would meet
+an outer ``jvp``), and the backward rules are plain JAX (Pallas's kernel has a
+JVP rule), so forward mode differentiates them: ``jax.hessian`` and
+Hessian-vector products work through every op. Each is jitted with its
 static arguments, so an eager call compiles one program per configuration
 instead of dispatching every op of the scan; inside a user's ``jit`` they are
 inlined. Which kernel form runs on which platform is ``_platform``'s choice.
@@ -77,7 +81,8 @@ def _unpool(
 def _unpool_fwd(
     x: jax.Array, indices: jax.Array, out: jax.ShapeDtypeStruct, nd: int, trail: int
 ) -> tuple[jax.Array, jax.Array]:
-    return _unpool(x, indices, out, nd, trail), indices
+    # The kernel, not ``_unpool``: see the module docstring.
+    return _platform.unpool(x, indices, out, nd, trail), indices
 
 
 def _unpool_bwd(

@@ -19,8 +19,15 @@ from typing import Any, ClassVar
 
 import jax
 
-from . import _ops, _spec
-from ._spec import AdaptiveArgs, PoolArgs, UnpoolArgs, frozen, static_field
+from . import _ops
+from ._spec import (
+    AdaptiveArgs,
+    FractionalArgs,
+    PoolArgs,
+    UnpoolArgs,
+    frozen,
+    static_field,
+)
 
 
 class _Layer:
@@ -89,11 +96,30 @@ class MaxUnpool(_Layer, UnpoolArgs):
         indices: jax.Array,
         output_size: Sequence[int] | None = None,
     ) -> jax.Array:
-        """Unpool ``x`` at ``indices`` into ``output_size`` (default:
-        ``(in - 1) * stride - 2 * padding + kernel_size`` per axis, PyTorch's)."""
-        if output_size is None:
-            name = f"MaxUnpool{self.nd}d"
-            shape = tuple(getattr(x, "shape", ()))
-            output_size = _spec.unpool_output_size(name, self.nd, shape, self)
+        """Unpool ``x`` at ``indices``: ``max_unpool{nd}d(x, indices,
+        kernel_size, stride, padding, output_size)``, as PyTorch's layer calls
+        its function. ``output_size`` defaults to ``(in - 1) * stride +
+        kernel_size - 2 * padding`` per axis; an explicit one must lie strictly
+        within ``stride`` of that."""
         unpool = getattr(_ops, f"max_unpool{self.nd}d")
-        return unpool(x, indices, output_size, channels_last=self.channels_last)
+        arguments = _arguments(self, UnpoolArgs)
+        return unpool(x, indices, **arguments, output_size=output_size)
+
+
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class FractionalMaxPool(_Layer, FractionalArgs):
+    """``fractional_max_pool{nd}d`` as a layer: its arguments, channels-last by
+    default, and ``return_indices``. New samples at every call, from a key
+    that each framework supplies its own way (NNX: the ``rngs`` given at
+    construction; Linen: ``make_rng``; Equinox: the call's ``key``), unless
+    the call gives ``samples`` (PyTorch's ``_random_samples``)."""
+
+    channels_last: bool = static_field(True, kw_only=True)
+    return_indices: bool = static_field(False, kw_only=True)
+
+    def _pool(self, x: jax.Array, samples: Any, key: Any) -> Any:
+        """Pooled values, or ``(values, indices)`` with ``return_indices``."""
+        pool = getattr(_ops, f"fractional_max_pool{self.nd}d")
+        arguments = _arguments(self, FractionalArgs)
+        values, indices = pool(x, **arguments, samples=samples, key=key)
+        return (values, indices) if self.return_indices else values

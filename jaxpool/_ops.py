@@ -16,9 +16,9 @@ from typing import Any
 import jax
 from jax.typing import ArrayLike
 
-from . import _core, _spec
-from ._spec import AdaptiveArgs, IntOrSeq, OutputSize, Padding, PoolArgs
-from ._windows import Algorithm, Implementation, with_spatial
+from . import _core, _fractional, _spec
+from ._spec import AdaptiveArgs, IntOrSeq, OutputSize, Padding, PoolArgs, UnpoolArgs
+from ._windows import Algorithm, Implementation
 
 
 def _forward(nd: int, x: ArrayLike, args: PoolArgs) -> tuple[jax.Array, jax.Array]:
@@ -40,19 +40,16 @@ def _max_unpool(
     nd: int,
     x: ArrayLike,
     indices: ArrayLike,
+    args: UnpoolArgs,
     output_size: Any,
-    channels_last: Any,
     check_indices: Any,
 ) -> jax.Array:
     name = f"max_unpool{nd}d"
     x = _spec.float_array(name, "x", x)
     indices = _spec.int_array(name, "indices", indices)
-    cl = _spec.static_bool(name, "channels_last", channels_last)
-    _spec.spatial_sizes(name, x.shape, nd, cl)
-    _spec.check_shapes(name, x.shape, nd, cl, indices=indices)
-    sizes = _spec.unpool_sizes(name, nd, x.shape, output_size, cl)
-    out = jax.ShapeDtypeStruct(with_spatial(x.shape, nd, int(cl), sizes), x.dtype)
-    return _core.unpool(name, x, indices, out, nd, int(cl), check_indices)
+    out = _spec.unpool_output(name, nd, x, indices, args, output_size)
+    trail = int(args.channels_last)
+    return _core.unpool(name, x, indices, out, nd, trail, check_indices)
 
 
 def max_pool3d_with_argmax(
@@ -458,7 +455,10 @@ def max_pool1d_with_argmax_backward(
 def max_unpool3d(
     x: ArrayLike,
     indices: ArrayLike,
-    output_size: Sequence[int],
+    kernel_size: IntOrSeq | None = None,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    output_size: Sequence[int] | None = None,
     *,
     channels_last: bool = False,
     check_indices: bool = False,
@@ -466,9 +466,10 @@ def max_unpool3d(
     """Partial inverse of [`jaxpool.max_pool3d_with_argmax`][]: each value back at its
     index, zeros elsewhere.
 
-    Equal to PyTorch's ``max_unpool3d(x, indices, ..., output_size)``. Indices
-    are flat offsets ``d * H * W + h * W + w`` into each output plane (what the
-    pool returns, in either layout). An index outside the plane is dropped: it
+    PyTorch's ``max_unpool3d(x, indices, kernel_size, stride, padding,
+    output_size)``, same arguments, same checks, same result. Indices are flat
+    offsets ``d * H * W + h * W + w`` into each output plane (what the pool
+    returns, in either layout). An index outside the plane is dropped: it
     never wraps and never writes into another plane (PyTorch raises instead).
     Equal indices within a plane (overlapping windows that chose the same
     element) carry the same value, so it does not matter which lands; for
@@ -477,14 +478,32 @@ def max_unpool3d(
     index was dropped), PyTorch's rule: every copy of an equal index gets the
     gradient of the element it lands on.
 
+    Shapes: ``N`` batch, ``C`` channels, ``oD, oH, oW`` the pooled input,
+    ``D, H, W`` the result. The pool's window arguments give the default size,
+    PyTorch's, per axis::
+
+        out = (in - 1) * stride + kernel_size - 2 * padding
+
+    and an explicit ``output_size`` must lie strictly between ``out - stride``
+    and ``out + stride`` on every axis (PyTorch's check: the sizes a pool with
+    those arguments maps to ``in``, with or without ``ceil_mode``).
+
     Args:
       x: pooled values ``(N, C, oD, oH, oW)`` or ``(C, oD, oH, oW)``
         (``(N, oD, oH, oW, C)`` / ``(oD, oH, oW, C)`` with ``channels_last``);
         a floating dtype.
       indices: integer, same shape as ``x``.
+      kernel_size: the pool's window: an int or a sequence of 1 or 3 ints
+        (order D, H, W), every value > 0. ``None``: no window, and then
+        ``output_size`` is required.
+      stride: the pool's stride, as ``kernel_size``; ``None`` or ``()`` means
+        ``kernel_size``.
+      padding: the pool's padding, an int or 1 or 3 ints, ``0 <= p <=
+        kernel_size // 2`` (the pool's rule).
       output_size: the spatial size ``(D, H, W)`` of the result, static ints
-        >= 1; or a whole shape with ``x.ndim`` entries (PyTorch's form), whose
-        spatial entries are used.
+        >= 1; or a whole shape with ``x.ndim`` entries (PyTorch's form, such as
+        the pool input's ``shape``), whose batch and channel entries must be
+        ``x``'s, in ``x``'s layout. ``None`` (default): the size above.
       channels_last: channels in the last axis of ``x``, ``indices`` and the
         result.
       check_indices: also check that every index lies inside its plane, with
@@ -496,25 +515,34 @@ def max_unpool3d(
       ``(N, C, D, H, W)`` (or ``(C, D, H, W)``) in ``x``'s dtype and layout.
 
     Raises:
-      TypeError: ``x`` not floating, ``indices`` not integer, ``output_size``
-        not made of static ints.
-      ValueError: wrong rank, ``indices`` not shaped like ``x``, or a bad
-        ``output_size``.
+      TypeError: ``x`` not floating, ``indices`` not integer, a window argument
+        or ``output_size`` not made of static ints, or neither ``kernel_size``
+        nor ``output_size`` given.
+      ValueError: wrong rank, ``indices`` not shaped like ``x``, bad window
+        arguments, or a bad ``output_size``: of the wrong length, below 1,
+        outside PyTorch's range, or a whole shape whose batch or channel size
+        is not ``x``'s.
 
     Example:
       >>> import jax.numpy as jnp, jaxpool
       >>> x = jnp.arange(8.0).reshape(1, 1, 2, 2, 2)
       >>> values, indices = jaxpool.max_pool3d_with_argmax(x, 2)
-      >>> jaxpool.max_unpool3d(values, indices, (2, 2, 2)).ravel().tolist()
+      >>> jaxpool.max_unpool3d(values, indices, 2).ravel().tolist()
       [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]
+      >>> jaxpool.max_unpool3d(values, indices, 2, output_size=(3, 3, 3)).shape
+      (1, 1, 3, 3, 3)
     """
-    return _max_unpool(3, x, indices, output_size, channels_last, check_indices)
+    args = UnpoolArgs(kernel_size, stride, padding, channels_last=channels_last)
+    return _max_unpool(3, x, indices, args, output_size, check_indices)
 
 
 def max_unpool2d(
     x: ArrayLike,
     indices: ArrayLike,
-    output_size: Sequence[int],
+    kernel_size: IntOrSeq | None = None,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    output_size: Sequence[int] | None = None,
     *,
     channels_last: bool = False,
     check_indices: bool = False,
@@ -522,13 +550,20 @@ def max_unpool2d(
     """Partial inverse of [`jaxpool.max_pool2d_with_argmax`][]; see
     [`jaxpool.max_unpool3d`][].
 
-    Equal to PyTorch's ``max_unpool2d(x, indices, ..., output_size)``.
+    PyTorch's ``max_unpool2d(x, indices, kernel_size, stride, padding,
+    output_size)``: the default size ``(in - 1) * stride + kernel_size - 2 *
+    padding`` per axis, and PyTorch's check of an explicit ``output_size``.
 
     Args:
       x: pooled values ``(N, C, oH, oW)`` or ``(C, oH, oW)`` (channels last
         with ``channels_last``); a floating dtype.
       indices: integer ``h * W + w`` offsets, same shape as ``x``.
-      output_size: ``(H, W)``, or a whole shape with ``x.ndim`` entries.
+      kernel_size: the pool's window, an int or 1 or 2 ints (order H, W);
+        ``None``: ``output_size`` is required.
+      stride: the pool's stride (``None``: ``kernel_size``).
+      padding: the pool's padding, an int or 1 or 2 ints.
+      output_size: ``(H, W)``, or a whole shape with ``x.ndim`` entries;
+        ``None``: the default size.
       channels_last: channels in the last axis.
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_unpool3d`][].
@@ -540,16 +575,22 @@ def max_unpool2d(
       >>> import jax.numpy as jnp, jaxpool
       >>> x = jnp.array([[[1.0, 5.0], [7.0, 2.0]]])
       >>> values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
-      >>> jaxpool.max_unpool2d(values, indices, (2, 2)).tolist()
+      >>> jaxpool.max_unpool2d(values, indices, 2).tolist()
       [[[0.0, 0.0], [7.0, 0.0]]]
+      >>> jaxpool.max_unpool2d(values, indices, output_size=(2, 3)).tolist()
+      [[[0.0, 0.0, 7.0], [0.0, 0.0, 0.0]]]
     """
-    return _max_unpool(2, x, indices, output_size, channels_last, check_indices)
+    args = UnpoolArgs(kernel_size, stride, padding, channels_last=channels_last)
+    return _max_unpool(2, x, indices, args, output_size, check_indices)
 
 
 def max_unpool1d(
     x: ArrayLike,
     indices: ArrayLike,
-    output_size: Sequence[int],
+    kernel_size: IntOrSeq | None = None,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    output_size: Sequence[int] | None = None,
     *,
     channels_last: bool = False,
     check_indices: bool = False,
@@ -557,11 +598,19 @@ def max_unpool1d(
     """Partial inverse of [`jaxpool.max_pool1d_with_argmax`][]; see
     [`jaxpool.max_unpool3d`][].
 
+    PyTorch's ``max_unpool1d(x, indices, kernel_size, stride, padding,
+    output_size)``.
+
     Args:
       x: pooled values ``(N, C, oL)`` or ``(C, oL)`` (channels last with
         ``channels_last``); a floating dtype.
       indices: integer positions, same shape as ``x``.
-      output_size: ``(L,)``, or a whole shape with ``x.ndim`` entries.
+      kernel_size: the pool's window, an int or a 1-sequence; ``None``:
+        ``output_size`` is required.
+      stride: the pool's stride (``None``: ``kernel_size``).
+      padding: the pool's padding.
+      output_size: ``(L,)``, or a whole shape with ``x.ndim`` entries;
+        ``None``: ``(oL - 1) * stride + kernel_size - 2 * padding``.
       channels_last: channels in the last axis.
       check_indices: a ``checkify`` check of the indices; see
         [`jaxpool.max_unpool3d`][].
@@ -571,12 +620,15 @@ def max_unpool1d(
 
     Example:
       >>> import jax.numpy as jnp, jaxpool
-      >>> x = jnp.array([[3.0, 1.0, 4.0, 1.0]])
+      >>> x = jnp.array([[3.0, 1.0, 4.0, 1.0, 5.0]])
       >>> values, indices = jaxpool.max_pool1d_with_argmax(x, 2)
-      >>> jaxpool.max_unpool1d(values, indices, (4,)).tolist()
+      >>> jaxpool.max_unpool1d(values, indices, 2).tolist()
       [[3.0, 0.0, 4.0, 0.0]]
+      >>> jaxpool.max_unpool1d(values, indices, 2, output_size=(5,)).tolist()
+      [[3.0, 0.0, 4.0, 0.0, 0.0]]
     """
-    return _max_unpool(1, x, indices, output_size, channels_last, check_indices)
+    args = UnpoolArgs(kernel_size, stride, padding, channels_last=channels_last)
+    return _max_unpool(1, x, indices, args, output_size, check_indices)
 
 
 # ---------------------------------------------------------- adaptive pools
@@ -875,3 +927,270 @@ def adaptive_max_pool1d_backward(
         name, 1, (grad_output, x, indices), channels_last, algorithm, implementation
     )
     return _core.backward(name, grad_output, indices, x, spec, check_indices)
+
+
+# -------------------------------------------------------- fractional pools
+
+
+def _fractional_forward(
+    nd: int, x: ArrayLike, args: _spec.FractionalArgs, samples: Any, key: Any
+) -> tuple[jax.Array, jax.Array]:
+    name = f"fractional_max_pool{nd}d"
+    x = _spec.float_array(name, "x", x)
+    spec = _spec.fractional_spec(name, nd, x.shape, args)
+    samples = _spec.fractional_samples(name, nd, x, spec, samples, key)
+    return _fractional.pool(name, x, samples, spec)
+
+
+def _fractional_backward(
+    nd: int,
+    arrays: tuple[Any, Any, Any],
+    channels_last: Any,
+    algorithm: Any,
+    implementation: Any,
+    check_indices: Any,
+) -> jax.Array:
+    name = f"fractional_max_pool{nd}d_backward"
+    grad_output, x, indices = _spec.backward_arrays(name, *arrays)
+    spec = _spec.fractional_backward_spec(
+        name, nd, (grad_output, x, indices), channels_last, algorithm, implementation
+    )
+    return _fractional.backward(name, grad_output, indices, x, spec, check_indices)
+
+
+def fractional_max_pool2d(
+    x: ArrayLike,
+    kernel_size: IntOrSeq,
+    output_size: IntOrSeq | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    *,
+    samples: ArrayLike | None = None,
+    key: jax.Array | None = None,
+    channels_last: bool = False,
+    algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """2-D fractional max pooling (Graham, 2015) that also returns the argmax.
+
+    Equal to PyTorch's ``fractional_max_pool2d(..., return_indices=True,
+    _random_samples=samples)``, values and indices, bit for bit, in every
+    dtype. Differentiable: the gradient is
+    [`jaxpool.fractional_max_pool2d_backward`][] (a scatter-add to the argmax).
+
+    Shapes: ``N`` batch, ``C`` channels, ``H, W`` input, ``oH, oW`` output,
+    ``kH, kW`` kernel. Window ``i`` along an axis of ``L`` inputs, ``O``
+    outputs and kernel ``k`` is ``[start, start + k)``, with the sample ``u``
+    of its ``(n, c)`` plane and that axis::
+
+        alpha = (L - k) / (O - 1)
+        start = int((i + u) * alpha) - int(u * alpha)   # i < O - 1
+        start = L - k                                   # i = O - 1
+
+    computed as PyTorch's CPU kernel does, every operation rounded to ``x``'s
+    dtype (float16 and bfloat16 included; see the docs' semantics page). Where
+    16-bit rounding puts a start past ``L - k`` (PyTorch's kernel then fails an
+    internal assertion), it is clipped to ``L - k``.
+
+    Args:
+      x: ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` or ``(H, W, C)``
+        with ``channels_last``); float16, bfloat16, float32 or float64.
+      kernel_size: ``kH = kW`` as an int, or ``(kH, kW)``; every value > 0.
+      output_size: ``oH = oW`` as an int, or ``(oH, oW)``, with ``o + k - 1 <=
+        L`` per axis. Exactly one of ``output_size`` and ``output_ratio``.
+      output_ratio: a number or a pair in ``(0, 1)``: ``o = int(L * ratio)``
+        per axis, PyTorch's rule.
+      samples: PyTorch's ``_random_samples``: ``(N, C, 2)`` in ``x``'s dtype,
+        in ``[0, 1)``; **entry 0 drives W and entry 1 drives H**, PyTorch's
+        order. More than ``N`` rows are accepted (the first ``N`` are used), as
+        PyTorch does; for an unbatched ``x``, ``(1, C, 2)`` or ``(C, 2)``.
+        Exactly one of ``samples`` and ``key``.
+      key: a ``jax.random`` key: the samples are ``jax.random.uniform(key,
+        (N, C, 2), x.dtype)`` (``(C, 2)`` for an unbatched ``x``, the same
+        numbers). ``jax.vmap`` over keys gives independent pools.
+      channels_last: ``x`` (and the outputs) keep channels in the last axis;
+        the samples stay ``(N, C, 2)``.
+      algorithm: how the gradient is computed: ``"scatter"`` (a scatter-add),
+        ``"gather"`` (deterministic: per plane a stable sort of the gradients
+        by index and a segmented sum, no scatter) or ``"auto"`` (default: the
+        scatter on CPU, the gather on GPU and TPU).
+      implementation: ``None`` or ``"xla"`` (there is no Pallas kernel).
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oH, oW)`` (``(C, oH, oW)`` for 3-D
+      ``x``; channels last with ``channels_last``). ``values`` has ``x.dtype``;
+      ``indices`` is int32, the flat offset ``h * W + w`` inside each ``(n,
+      c)`` plane. Ties keep the first maximum in ``(h, w)`` order; a window
+      holding NaN gives NaN at its last NaN.
+
+    Raises:
+      TypeError: ``x`` not floating, ``samples`` not of ``x``'s dtype, or a
+        size argument that is not static.
+      ValueError: wrong rank, bad or missing sizes or ratios, ``output_size +
+        kernel_size - 1`` above the input size, not exactly one of ``samples``
+        and ``key``, or ``samples`` of the wrong shape.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(25.0).reshape(1, 5, 5)
+      >>> samples = jnp.array([[0.5, 0.25]])  # (C, 2): u for W, then for H
+      >>> values, indices = jaxpool.fractional_max_pool2d(
+      ...     x, 2, output_size=3, samples=samples)
+      >>> indices.tolist()  # windows start at rows 0, 1, 3, columns 0, 2, 3
+      [[[6, 8, 9], [11, 13, 14], [21, 23, 24]]]
+    """
+    args = _spec.FractionalArgs(
+        kernel_size,
+        output_size,
+        output_ratio,
+        channels_last=channels_last,
+        algorithm=algorithm,
+        implementation=implementation,
+    )
+    return _fractional_forward(2, x, args, samples, key)
+
+
+def fractional_max_pool2d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.fractional_max_pool2d`][] with respect to ``x``.
+
+    Zeros shaped like ``x``, then ``grad_input[n, c].flat[indices[n, c, ...]] +=
+    grad_output[n, c, ...]``: gradients of overlapping windows that chose the
+    same element add up. Only ``indices`` decides where gradients go (the
+    samples are not needed); an index outside ``[0, H * W)``, negative ones
+    included, is dropped. float16/bfloat16 accumulate in float32 and round
+    once. Itself differentiable.
+
+    Args:
+      grad_output: ``(N, C, oH, oW)`` (or ``(C, oH, oW)``; channels last with
+        ``channels_last``) cotangent of the pooled values.
+      x: the forward input, or a ``jax.ShapeDtypeStruct``: only its shape and
+        floating dtype are used.
+      indices: the forward's indices, shaped like ``grad_output``, any integer
+        dtype (int64 from PyTorch too).
+      channels_last: as in the forward.
+      algorithm: ``"scatter"``, ``"gather"`` (deterministic, bitwise
+        reproducible on every backend; it honours every in-plane index, as the
+        scatter does) or ``"auto"`` (default: the scatter on CPU, the gather
+        on GPU and TPU).
+      implementation: ``None`` or ``"xla"``.
+      check_indices: a ``checkify`` check that every index lies in ``[0, H *
+        W)``; see [`jaxpool.max_pool3d_with_argmax_backward`][].
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+
+    Raises:
+      TypeError: ``x``/``grad_output`` not floating or ``indices`` not integer.
+      ValueError: ``x`` of the wrong rank, or ``grad_output`` / ``indices``
+        whose shapes do not match ``x`` and each other.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxpool
+      >>> x = jnp.arange(25.0).reshape(1, 5, 5)
+      >>> values, indices = jaxpool.fractional_max_pool2d(
+      ...     x, 2, output_size=3, samples=jnp.array([[0.5, 0.25]]))
+      >>> g = jaxpool.fractional_max_pool2d_backward(
+      ...     jnp.ones_like(values), x, indices)
+      >>> g[0, 1:3].astype(int).tolist()
+      [[0, 1, 0, 1, 1], [0, 1, 0, 1, 1]]
+    """
+    arrays = (grad_output, x, indices)
+    return _fractional_backward(
+        2, arrays, channels_last, algorithm, implementation, check_indices
+    )
+
+
+def fractional_max_pool3d(
+    x: ArrayLike,
+    kernel_size: IntOrSeq,
+    output_size: IntOrSeq | None = None,
+    output_ratio: float | Sequence[float] | None = None,
+    *,
+    samples: ArrayLike | None = None,
+    key: jax.Array | None = None,
+    channels_last: bool = False,
+    algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """3-D fractional max pooling with argmax: [`jaxpool.fractional_max_pool2d`][]
+    over ``(D, H, W)``.
+
+    Equal to PyTorch's ``fractional_max_pool3d(..., return_indices=True,
+    _random_samples=samples)``, bit for bit; the same windows (per axis, the
+    formula of the 2-D op), rules and errors.
+
+    Args:
+      x: ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` or
+        ``(D, H, W, C)`` with ``channels_last``); a floating dtype.
+      kernel_size: an int, or ``(kD, kH, kW)``.
+      output_size: an int, or ``(oD, oH, oW)``; or give ``output_ratio``.
+      output_ratio: a number or 3 numbers in ``(0, 1)``.
+      samples: ``(N, C, 3)`` in ``x``'s dtype, in ``[0, 1)``; entries 0, 1, 2
+        drive D, H, W (PyTorch's 3-D order, unlike its 2-D one). ``(1, C,
+        3)`` or ``(C, 3)`` for an unbatched ``x``.
+      key: a ``jax.random`` key instead of ``samples``.
+      channels_last: channels in the last axis.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` gradient.
+      implementation: ``None`` or ``"xla"``.
+
+    Returns:
+      ``(values, indices)``, each ``(N, C, oD, oH, oW)`` in ``x``'s layout;
+      indices int32 ``d * H * W + h * W + w`` inside each plane.
+
+    Example:
+      >>> import jax, jaxpool
+      >>> x = jax.random.normal(jax.random.key(0), (2, 3, 9, 9, 9))
+      >>> values, indices = jaxpool.fractional_max_pool3d(
+      ...     x, 2, output_ratio=0.5, key=jax.random.key(1))
+      >>> values.shape, indices.dtype
+      ((2, 3, 4, 4, 4), dtype('int32'))
+    """
+    args = _spec.FractionalArgs(
+        kernel_size,
+        output_size,
+        output_ratio,
+        channels_last=channels_last,
+        algorithm=algorithm,
+        implementation=implementation,
+    )
+    return _fractional_forward(3, x, args, samples, key)
+
+
+def fractional_max_pool3d_backward(
+    grad_output: ArrayLike,
+    x: ArrayLike | jax.ShapeDtypeStruct,
+    indices: ArrayLike,
+    *,
+    channels_last: bool = False,
+    algorithm: Algorithm = "auto",
+    implementation: Implementation | None = None,
+    check_indices: bool = False,
+) -> jax.Array:
+    """Gradient of [`jaxpool.fractional_max_pool3d`][]; see
+    [`jaxpool.fractional_max_pool2d_backward`][] for the rules.
+
+    Args:
+      grad_output: ``(N, C, oD, oH, oW)`` (or ``(C, oD, oH, oW)``), in ``x``'s
+        layout.
+      x: the forward input or a ``jax.ShapeDtypeStruct`` of it.
+      indices: the forward's indices, shaped like ``grad_output``.
+      channels_last: as in the forward.
+      algorithm: ``"auto"``, ``"scatter"`` or ``"gather"`` (deterministic).
+      implementation: ``None`` or ``"xla"``.
+      check_indices: a ``checkify`` check of the indices.
+
+    Returns:
+      ``grad_input`` with the shape and dtype of ``x``.
+    """
+    arrays = (grad_output, x, indices)
+    return _fractional_backward(
+        3, arrays, channels_last, algorithm, implementation, check_indices
+    )

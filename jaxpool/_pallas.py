@@ -38,13 +38,13 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from . import _backward
 from ._planes import accumulation_dtype, gather_at, in_plane
 from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
     empty_windows,
-    per_window,
     row_major_strides,
     split,
     with_spatial,
@@ -273,7 +273,7 @@ def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, T, BP, BT) -> None:
     plgpu.store(o_ref.at[b, p[:, None], t[None, :]], total, mask=lanes)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
 def covering_sum(
     grad_output: jax.Array,
     indices: jax.Array,
@@ -283,9 +283,16 @@ def covering_sum(
 ) -> jax.Array:
     """For each input element, the gradients of the windows that cover it and
     chose it, added in a fixed order, in the accumulation dtype (unrounded):
-    ``_backward.covering_sum``, in one kernel. Linear in ``grad_output``, its
-    VJP is the cotangent read at each index that counts (inside the plane and
-    its own window's span)."""
+    ``_backward.covering_sum``, in one kernel.
+
+    Linear in ``grad_output``. A Pallas call has neither a JVP nor a
+    transpose, so the tangent is ``_backward.covering_sum`` of the input's
+    tangent (the same sum in XLA, the same bits): plain JAX, which JAX
+    transposes for reverse mode (the cotangent read at each index that
+    counts) and differentiates again in forward mode. That is what lets the
+    pool's backward rule, which calls this, be differentiated by ``jvp``:
+    ``jax.hessian`` (forward over reverse) and Hessian-vector products.
+    """
     _check_sizes(spec)
     acc = accumulation_dtype(x.dtype)
     B, Q, T = _planes(grad_output, spec.nd, spec.trail)
@@ -309,32 +316,14 @@ def covering_sum(
     return total.reshape(x.shape)
 
 
-def _covering_sum_fwd(grad_output, indices, x, spec, interpret):
-    return covering_sum(grad_output, indices, x, spec, interpret), indices
-
-
-def _covering_sum_bwd(x, spec, interpret, indices, ct):
-    del x, interpret
-    read = gather_at(ct, indices, spec.nd, spec.trail, 0.0)
-    counts = _in_own_span(indices, spec)
-    return jnp.where(counts, read, jnp.zeros((), read.dtype)), None
-
-
-covering_sum.defvjp(_covering_sum_fwd, _covering_sum_bwd)
-
-
-def _in_own_span(indices: jax.Array, spec: PoolSpec) -> jax.Array:
-    """Whether each index lies in the plane and, along every axis, inside its
-    own window's span: the indices that :func:`covering_sum` counts."""
-    nd, trail = spec.nd, spec.trail
-    lead, _ = split(indices.ndim, nd, trail)
-    inside = in_plane(indices, math.prod(spec.in_size))
-    flat = jnp.where(inside, indices, 0).astype(jnp.int32)
-    strides = row_major_strides(spec.in_size)
-    for a, (w, stride) in enumerate(zip(spec.axes, strides, strict=True)):
-        coordinate = (flat // stride) % w.size
-        lo, hi = (
-            per_window(e.astype(np.int32), lead + a, indices.shape) for e in w.span()
-        )
-        inside = inside & (coordinate >= lo) & (coordinate < hi)
-    return inside
+@covering_sum.defjvp
+def _covering_sum_jvp(
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    interpret: bool,
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[jax.Array, Any],
+) -> tuple[jax.Array, jax.Array]:
+    (grad_output, indices), (grad_output_dot, _) = primals, tangents
+    total = covering_sum(grad_output, indices, x, spec, interpret)
+    return total, _backward.covering_sum(grad_output_dot, indices, x, spec)

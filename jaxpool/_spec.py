@@ -14,7 +14,7 @@ import dataclasses
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -92,11 +92,14 @@ class AdaptiveArgs:
 
 @dataclasses.dataclass(eq=False)
 class UnpoolArgs:
-    """The arguments of the ``MaxUnpool{1,2,3}d`` layers, PyTorch's
-    ``nn.MaxUnpool*d``: the pool that the unpool inverts, which sets the default
-    output size (see :func:`unpool_output_size`)."""
+    """The arguments of ``max_unpool{1,2,3}d`` (which add ``output_size`` and
+    ``check_indices``) and of the ``MaxUnpool{1,2,3}d`` layers (whose call takes
+    ``output_size``), PyTorch's ``max_unpool*d`` / ``nn.MaxUnpool*d``: the pool
+    that the unpool inverts, which sets the default output size and the sizes
+    allowed (see :func:`unpool_output`). The functions accept
+    ``kernel_size=None`` with an explicit output size."""
 
-    kernel_size: IntOrSeq = static_field()
+    kernel_size: IntOrSeq | None = static_field()
     stride: IntOrSeq | None = static_field(None)
     padding: IntOrSeq = static_field(0)
     channels_last: bool = static_field(False, kw_only=True)
@@ -520,45 +523,321 @@ def adaptive_backward_spec(
     return _spec(name, axes, channels_last, algorithm, implementation)
 
 
-def unpool_output_size(
-    name: str, nd: int, shape: tuple[int, ...], args: UnpoolArgs
-) -> tuple[int, ...]:
-    """PyTorch's default unpool size for pooled values of ``shape``: ``(in - 1)
-    * stride - 2 * padding + kernel_size`` per axis."""
-    channels_last = static_bool(name, "channels_last", args.channels_last)
-    spatial_sizes(name, shape, nd, channels_last)
+def _window_ints(
+    name: str, nd: int, args: UnpoolArgs
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """An unpool's ``kernel_size``, ``stride`` and ``padding``, each an
+    ``nd``-tuple, checked as the pools check them (an int per axis)."""
     k = int_tuple(name, "kernel_size", args.kernel_size, nd)
-    s = k if args.stride is None else int_tuple(name, "stride", args.stride, nd)
+    stride = args.stride
+    empty = stride is None or (isinstance(stride, Sequence) and len(stride) == 0)
+    s = k if empty else int_tuple(name, "stride", stride, nd)
+    for arg, given, values in (
+        ("kernel_size", args.kernel_size, k),
+        ("stride", stride, s),
+    ):
+        if min(values) < 1:
+            raise ValueError(f"{name}: `{arg}` must be positive, got {arg}={given!r}")
     p = int_tuple(name, "padding", args.padding, nd)
-    first, stop = split(len(shape), nd, int(channels_last))
-    return tuple(
-        (n - 1) * si - 2 * pi + ki
-        for n, ki, si, pi in zip(shape[first:stop], k, s, p, strict=True)
-    )
+    if not all(0 <= pi <= ki // 2 for pi, ki in zip(p, k, strict=True)):
+        raise ValueError(
+            f"{name}: `padding` must be between 0 and kernel_size // 2 per axis, "
+            f"got padding={args.padding!r} for kernel_size={k}"
+        )
+    return k, s, p
 
 
-def unpool_sizes(
-    name: str, nd: int, shape: tuple[int, ...], output_size: Any, channels_last: bool
+def _given_output_size(
+    name: str, nd: int, shape: tuple[int, ...], channels_last: bool, output_size: Any
 ) -> tuple[int, ...]:
-    """An unpool's ``output_size``: ``nd`` spatial sizes, or a whole shape like
-    ``x.shape`` (PyTorch accepts both) whose spatial sizes are used."""
+    """An explicit ``output_size``: ``nd`` spatial sizes >= 1, or a whole shape
+    of ``len(shape)`` entries (PyTorch's form) whose batch and channel entries
+    must be ``shape``'s (PyTorch ignores them; a mismatch there is a bug, such
+    as a shape of the other layout)."""
     if not isinstance(output_size, Sequence) or isinstance(output_size, str):
         raise TypeError(
-            f"{name}: `output_size` must be a sequence of {nd} ints, "
-            f"got {output_size!r}"
+            f"{name}: `output_size` must be a sequence of {nd} ints (or the whole "
+            f"shape), got {output_size!r}"
         )
-    sizes = tuple(static_int(name, "output_size", output_size, v) for v in output_size)
-    if len(sizes) == len(shape):
-        first, stop = split(len(sizes), nd, int(channels_last))
-        sizes = sizes[first:stop]
-    if len(sizes) != nd or min(sizes) < 1:
+    given = tuple(output_size)
+    if len(given) == len(shape):
+        first, stop = split(len(shape), nd, int(channels_last))
+        if given[:first] + given[stop:] != shape[:first] + shape[stop:]:
+            hint = ""
+            other_first, other_stop = split(len(shape), nd, int(not channels_last))
+            other = given[:other_first] + given[other_stop:]
+            if other == shape[:first] + shape[stop:]:
+                layout = "channels-last" if not channels_last else "channels-first"
+                hint = f" (that is the {layout} layout: check `channels_last`)"
+            raise ValueError(
+                f"{name}: `output_size` as a whole shape must have the batch and "
+                f"channel sizes of `x` (shape {shape}, "
+                f"{layout_forms(nd, channels_last)}), got {output_size!r}{hint}"
+            )
+        given = given[first:stop]
+    elif len(given) != nd:
         raise ValueError(
-            f"{name}: `output_size` must be {nd} spatial sizes >= 1 (or a shape of "
-            f"x.ndim={len(shape)} entries), got {output_size!r}"
+            f"{name}: `output_size` must have {nd} entries (the spatial sizes) or "
+            f"x.ndim={len(shape)} (the whole shape), got {output_size!r}"
         )
-    if math.prod(sizes) > INT32_MAX:
+    sizes = tuple(static_int(name, "output_size", output_size, v) for v in given)
+    if min(sizes) < 1:
         raise ValueError(
-            f"{name}: `output_size` must have fewer than 2**31 elements per plane "
-            f"(indices are int32), got {output_size!r}"
+            f"{name}: `output_size` must have spatial sizes >= 1, got {output_size!r}"
         )
     return sizes
+
+
+def unpool_output(
+    name: str,
+    nd: int,
+    x: jax.Array,
+    indices: jax.Array,
+    args: UnpoolArgs,
+    output_size: Any,
+) -> jax.ShapeDtypeStruct:
+    """Validate an unpool of pooled values ``x`` at ``indices``: the shape and
+    dtype of its result.
+
+    PyTorch's rules (``torch.nn.functional._unpool_output_size``): with
+    ``kernel_size``, the default size is ``(in - 1) * stride + kernel_size - 2
+    * padding`` per axis, and an explicit ``output_size`` must lie strictly
+    between ``default - stride`` and ``default + stride`` on every axis;
+    without it, ``output_size`` is required. A whole shape's batch and channel
+    entries must be ``x``'s (PyTorch ignores them).
+    """
+    channels_last = static_bool(name, "channels_last", args.channels_last)
+    spatial = spatial_sizes(name, x.shape, nd, channels_last)
+    check_shapes(name, x.shape, nd, channels_last, indices=indices)
+    if args.kernel_size is None:
+        if output_size is None:
+            raise TypeError(
+                f"{name}: `output_size` is required without `kernel_size` (give "
+                "the pool's kernel_size, and its stride and padding, as PyTorch "
+                "does, or the output size), got kernel_size=None, output_size=None"
+            )
+        for arg, value in (("stride", args.stride), ("padding", args.padding)):
+            if value not in (None, 0, ()):
+                raise ValueError(
+                    f"{name}: `{arg}` needs `kernel_size` (the pool's window), got "
+                    f"{arg}={value!r} with kernel_size=None"
+                )
+        sizes = _given_output_size(name, nd, x.shape, channels_last, output_size)
+    else:
+        k, s, p = _window_ints(name, nd, args)
+        default = tuple(
+            (n - 1) * si + ki - 2 * pi
+            for n, ki, si, pi in zip(spatial, k, s, p, strict=True)
+        )
+        window = f"kernel_size={k}, stride={s}, padding={p}"
+        if output_size is None:
+            if min(default) < 1:
+                raise ValueError(
+                    f"{name}: the default output size (in - 1) * stride + "
+                    f"kernel_size - 2 * padding is {default}, below 1, for `x` of "
+                    f"shape {x.shape} with {window}"
+                )
+            sizes = default
+        else:
+            sizes = _given_output_size(name, nd, x.shape, channels_last, output_size)
+            for d, (size, dflt, si) in enumerate(zip(sizes, default, s, strict=True)):
+                if not dflt - si < size < dflt + si:
+                    raise ValueError(
+                        f"{name}: `output_size` {output_size!r} is invalid (dim {d} "
+                        f"must be between {dflt - si} and {dflt + si}, exclusive): "
+                        "each spatial size must lie strictly within `stride` of the "
+                        "default (in - 1) * stride + kernel_size - 2 * padding = "
+                        f"{default}, for {window}"
+                    )
+    if math.prod(sizes) > INT32_MAX:
+        raise ValueError(
+            f"{name}: the output must have fewer than 2**31 elements per plane "
+            f"(indices are int32), got spatial sizes {sizes}"
+        )
+    shape = with_spatial(x.shape, nd, int(channels_last), sizes)
+    return jax.ShapeDtypeStruct(shape, x.dtype)
+
+
+# -------------------------------------------------------- fractional pools
+
+Ratio = float | Sequence[float]
+
+
+@dataclasses.dataclass(eq=False)
+class FractionalArgs:
+    """The static arguments of ``fractional_max_pool{2,3}d`` and of the
+    ``FractionalMaxPool{2,3}d`` layers (the samples or key are arrays, given at
+    call). See :func:`jaxpool.fractional_max_pool2d`."""
+
+    kernel_size: IntOrSeq = static_field()
+    output_size: IntOrSeq | None = static_field(None)
+    output_ratio: Ratio | None = static_field(None)
+    channels_last: bool = static_field(False, kw_only=True)
+    algorithm: Algorithm = static_field("auto", kw_only=True)
+    implementation: Implementation | None = static_field(None, kw_only=True)
+
+
+class FractionalSpec(NamedTuple):
+    """A validated fractional pool: the sizes per spatial axis (order D, H, W),
+    the layout and the backward algorithm. Its windows depend on the samples,
+    which are arrays, so they are not part of it."""
+
+    in_size: tuple[int, ...]
+    out_size: tuple[int, ...]
+    kernel_size: tuple[int, ...]
+    channels_last: bool
+    algorithm: Algorithm
+
+    @property
+    def nd(self) -> int:
+        return len(self.in_size)
+
+
+def _fractional_common(
+    name: str, channels_last: Any, algorithm: Any, implementation: Any
+) -> tuple[bool, Algorithm]:
+    if check_implementation(name, implementation) == "pallas":
+        raise ValueError(
+            f"{name}: `implementation` must be None or 'xla' (fractional pools "
+            f"have no Pallas kernel), got {implementation!r}"
+        )
+    cl = static_bool(name, "channels_last", channels_last)
+    return cl, check_algorithm(name, algorithm)
+
+
+def _ratios(name: str, nd: int, ratio: Any) -> tuple[float, ...]:
+    items = _items(ratio)
+    if isinstance(ratio, str) or len(items) not in (1, nd):
+        raise ValueError(
+            f"{name}: `output_ratio` must be a number or a sequence of 1 or {nd} "
+            f"numbers, got {ratio!r}"
+        )
+    for item in items:
+        if isinstance(item, (Tracer, bool, np.bool_)):
+            raise TypeError(
+                f"{name}: `output_ratio` must contain static Python numbers, "
+                f"got {ratio!r}"
+            )
+        if not isinstance(item, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"{name}: `output_ratio` must contain numbers, got {ratio!r}"
+            )
+    values = tuple(float(v) for v in items) * (nd if len(items) == 1 else 1)
+    if not all(0.0 < v < 1.0 for v in values):
+        raise ValueError(
+            f"{name}: `output_ratio` must lie in (0, 1) per axis, "
+            f"got output_ratio={ratio!r}"
+        )
+    return values
+
+
+def fractional_spec(
+    name: str, nd: int, shape: tuple[int, ...], args: FractionalArgs
+) -> FractionalSpec:
+    """Validate a fractional pool's arguments for an input of ``shape``:
+    exactly one of ``output_size`` and ``output_ratio`` (PyTorch's
+    ``int(input_size * ratio)`` per axis), and PyTorch's ``output_size +
+    kernel_size - 1 <= input_size`` per axis (``<`` in 3-D, as PyTorch)."""
+    cl, algorithm = _fractional_common(
+        name, args.channels_last, args.algorithm, args.implementation
+    )
+    spatial = spatial_sizes(name, shape, nd, cl)
+    k = int_tuple(name, "kernel_size", args.kernel_size, nd)
+    if min(k) < 1:
+        raise ValueError(
+            f"{name}: `kernel_size` must be positive, "
+            f"got kernel_size={args.kernel_size!r}"
+        )
+    size, ratio = args.output_size, args.output_ratio
+    if (size is None) == (ratio is None):
+        raise ValueError(
+            f"{name}: exactly one of `output_size` and `output_ratio` must be given, "
+            f"got output_size={size!r}, output_ratio={ratio!r}"
+        )
+    if size is not None:
+        out = int_tuple(name, "output_size", size, nd)
+        given = f"output_size={size!r}"
+    else:
+        out = tuple(
+            int(n * r) for n, r in zip(spatial, _ratios(name, nd, ratio), strict=True)
+        )
+        given = f"output_ratio={ratio!r} (output size {out})"
+    if min(out) < 1:
+        raise ValueError(
+            f"{name}: the output size must be >= 1 per axis, got {given} for input "
+            f"spatial size {spatial}"
+        )
+    # PyTorch's rule: at most the input size in 2-D, less than it in 3-D.
+    limit = tuple(n - (nd == 3) for n in spatial)
+    if any(o + ki - 1 > n for o, ki, n in zip(out, k, limit, strict=True)):
+        bound = "less than" if nd == 3 else "at most"
+        raise ValueError(
+            f"{name}: `output_size` + `kernel_size` - 1 must be {bound} the input "
+            f"size per axis, got {given} for kernel_size={k} and input spatial size "
+            f"{spatial}"
+        )
+    return FractionalSpec(spatial, out, k, cl, algorithm)
+
+
+def fractional_samples(
+    name: str, nd: int, x: jax.Array, spec: FractionalSpec, samples: Any, key: Any
+) -> jax.Array:
+    """The samples as ``(N, C, nd)`` (``N = 1`` for an unbatched ``x``): the
+    given ones (PyTorch's ``_random_samples``: ``(N', C, nd)`` with ``N' >=
+    N``, the first ``N`` used; ``(C, nd)`` too for an unbatched ``x``), in
+    ``x``'s dtype, or drawn from ``key`` uniformly in ``[0, 1)``."""
+    if (samples is None) == (key is None):
+        raise ValueError(
+            f"{name}: exactly one of `samples` and `key` must be given, got "
+            f"{'both' if key is not None else 'neither'}"
+        )
+    batched = x.ndim == nd + 2
+    first, _ = split(x.ndim, nd, int(spec.channels_last))
+    channels = x.shape[-1] if spec.channels_last else x.shape[first - 1]
+    batch = x.shape[0] if batched else 1
+    if key is not None:
+        if not isinstance(key, jax.Array | Tracer):
+            raise TypeError(f"{name}: `key` must be a JAX PRNG key, got {key!r}")
+        shape = (batch, channels, nd) if batched else (channels, nd)
+        drawn = jax.random.uniform(key, shape, x.dtype)
+        return drawn if batched else drawn[None]
+    samples = jnp.asarray(samples)
+    if samples.dtype != x.dtype:
+        raise TypeError(
+            f"{name}: `samples` must have the dtype of `x` ({x.dtype}), got "
+            f"{samples.dtype}"
+        )
+    given = tuple(samples.shape)
+    if not batched and samples.ndim == 2:
+        samples = samples[None]
+    forms = f"(N, C, {nd}) with N >= {batch}" + ("" if batched else f" or (C, {nd})")
+    if (
+        samples.ndim != 3
+        or samples.shape[1:] != (channels, nd)
+        or not samples.shape[0] >= batch
+    ):
+        raise ValueError(
+            f"{name}: `samples` must have shape {forms}, C={channels}, for x of "
+            f"shape {x.shape}, got shape {given}"
+        )
+    return samples[:batch]
+
+
+def fractional_backward_spec(
+    name: str,
+    nd: int,
+    arrays: tuple[jax.Array, jax.ShapeDtypeStruct, jax.Array],
+    channels_last: Any,
+    algorithm: Any,
+    implementation: Any,
+) -> FractionalSpec:
+    """Validate a fractional backward: with ``arrays`` its ``(grad_output, x,
+    indices)``, the pool from ``x``'s shape to the spatial sizes of
+    ``grad_output``, and ``indices`` of ``grad_output``'s shape."""
+    grad_output, x, indices = arrays
+    cl, algorithm = _fractional_common(name, channels_last, algorithm, implementation)
+    spatial = spatial_sizes(name, x.shape, nd, cl)
+    out = pooled_spatial(name, x.shape, nd, cl, "grad_output", grad_output)
+    of = "`grad_output`'s"
+    check_shapes(name, grad_output.shape, nd, cl, of=of, indices=indices)
+    return FractionalSpec(spatial, tuple(out), (1,) * nd, cl, algorithm)

@@ -1,5 +1,5 @@
 """Equinox layers: ``MaxPool{1,2,3}d``, ``AdaptiveMaxPool{1,2,3}d``,
-``MaxUnpool{1,2,3}d``.
+``MaxUnpool{1,2,3}d``, ``FractionalMaxPool{2,3}d``.
 
 In Equinox's conventions: unbatched channels-first input ``(C, *S)`` (use
 ``jax.vmap`` for a batch), arguments as static fields, ``__call__(x, *,
@@ -24,7 +24,7 @@ except ImportError as e:  # pragma: no cover - exercised without equinox
         "jaxpool.eqx needs Equinox: pip install 'jaxpool[equinox]'"
     ) from e
 
-from ._layers import AdaptiveMaxPool, MaxPool, MaxUnpool
+from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
 from ._spec import static_field
 
 
@@ -77,6 +77,25 @@ class MaxUnpool3d(_Module, MaxUnpool, nd=3):
     """[`jaxpool.max_unpool3d`][] as an Equinox layer."""
 
 
+class _Fractional(_Module, FractionalMaxPool):
+    """A fractional pool that draws its samples from the call's ``key``."""
+
+    def __call__(self, x: Any, samples: Any = None, *, key: Any = None) -> Any:
+        """Pool ``x`` (``(C, *S)``) with samples drawn from ``key`` (or with
+        ``samples``, PyTorch's ``_random_samples``)."""
+        return self._pool(x, samples, None if samples is not None else key)
+
+
+class FractionalMaxPool2d(_Fractional, nd=2):
+    """[`jaxpool.fractional_max_pool2d`][] as an Equinox layer: ``key`` at
+    call (``jax.vmap`` over a batch with split keys)."""
+
+
+class FractionalMaxPool3d(_Fractional, nd=3):
+    """[`jaxpool.fractional_max_pool3d`][] as an Equinox layer."""
+
+
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d"]
 __all__ += ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
 __all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]

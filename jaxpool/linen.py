@@ -1,5 +1,5 @@
 """Flax Linen layers: ``MaxPool{1,2,3}d``, ``AdaptiveMaxPool{1,2,3}d``,
-``MaxUnpool{1,2,3}d``.
+``MaxUnpool{1,2,3}d``, ``FractionalMaxPool{2,3}d``.
 
 The same layers as [`jaxpool.nnx`][] for Linen users: ``nn.Module``
 dataclasses with no parameters, channels-last by default, whose fields are the
@@ -20,7 +20,10 @@ try:
 except ImportError as e:  # pragma: no cover - exercised without flax
     raise ImportError("jaxpool.linen needs Flax: pip install 'jaxpool[flax]'") from e
 
-from ._layers import AdaptiveMaxPool, MaxPool, MaxUnpool
+from typing import Any
+
+from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
+from ._spec import static_field
 
 
 class MaxPool1d(MaxPool, nn.Module, nd=1):
@@ -59,6 +62,30 @@ class MaxUnpool3d(MaxUnpool, nn.Module, nd=3):
     """[`jaxpool.max_unpool3d`][] as a Linen layer."""
 
 
+class _Fractional(FractionalMaxPool, nn.Module):
+    """A fractional pool whose key comes from ``self.make_rng`` of its
+    ``rng_collection`` (``"fractional"``: ``apply(..., rngs={"fractional":
+    key})``) at every call."""
+
+    rng_collection: str = static_field("fractional", kw_only=True)
+
+    def __call__(self, x: Any, samples: Any = None) -> Any:
+        """Pool ``x`` with new samples (or with ``samples``, PyTorch's
+        ``_random_samples``)."""
+        if samples is not None:
+            return self._pool(x, samples, None)
+        return self._pool(x, None, self.make_rng(self.rng_collection))
+
+
+class FractionalMaxPool2d(_Fractional, nd=2):
+    """[`jaxpool.fractional_max_pool2d`][] as a Linen layer."""
+
+
+class FractionalMaxPool3d(_Fractional, nd=3):
+    """[`jaxpool.fractional_max_pool3d`][] as a Linen layer."""
+
+
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d"]
 __all__ += ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
 __all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]

@@ -1,5 +1,5 @@
 """Flax NNX layers: ``MaxPool{1,2,3}d``, ``AdaptiveMaxPool{1,2,3}d``,
-``MaxUnpool{1,2,3}d``.
+``MaxUnpool{1,2,3}d``, ``FractionalMaxPool{2,3}d``.
 
 Channels-last by default (Flax's convention): inputs ``(N, *S, C)`` or
 ``(*S, C)``. Each layer holds its arguments as static attributes (no
@@ -27,8 +27,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised without flax
     raise ImportError("jaxpool.nnx needs Flax: pip install 'jaxpool[flax]'") from e
 
-from ._layers import AdaptiveMaxPool, MaxPool, MaxUnpool
-from ._spec import frozen
+from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
+from ._spec import frozen, static_field
 
 
 @dataclass_transform(field_specifiers=(dataclasses.field,))
@@ -80,6 +80,62 @@ class MaxUnpool3d(MaxUnpool, _Module, nd=3):
     """[`jaxpool.max_unpool3d`][] as an NNX layer."""
 
 
+class _Fractional(FractionalMaxPool, _Module):
+    """A fractional pool whose samples come from an NNX stream: ``rngs`` (an
+    ``nnx.Rngs`` or ``nnx.RngStream``) at construction, forked as
+    ``nnx.Dropout`` does; its ``rng_collection`` stream (``"fractional"``,
+    falling back to ``"default"``) draws a key at every call."""
+
+    rng_collection: str = static_field("fractional", kw_only=True)
+    rngs: Any = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.rngs, nnx.Rngs):
+            self.rngs = self.rngs[self.rng_collection].fork()
+        elif isinstance(self.rngs, nnx.RngStream):
+            self.rngs = self.rngs.fork()
+        elif self.rngs is None:
+            self.rngs = nnx.data(None)
+        else:
+            raise TypeError(
+                f"{type(self).__name__}: `rngs` must be an nnx.Rngs or "
+                f"nnx.RngStream, got {self.rngs!r}"
+            )
+
+    def __call__(self, x: Any, samples: Any = None) -> Any:
+        """Pool ``x`` with new samples from the stream (or with ``samples``,
+        PyTorch's ``_random_samples``)."""
+        key = None
+        if samples is None:
+            if self.rngs is None:
+                raise ValueError(
+                    f"{type(self).__name__}: give `rngs` at construction or "
+                    "`samples` at call"
+                )
+            key = self.rngs()
+        return self._pool(x, samples, key)
+
+
+class FractionalMaxPool2d(_Fractional, nd=2):
+    """[`jaxpool.fractional_max_pool2d`][] as an NNX layer: ``rngs`` at
+    construction, new samples at every call.
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from jaxpool import nnx as jpnnx
+    >>> pool = jpnnx.FractionalMaxPool2d(2, output_ratio=0.5, rngs=nnx.Rngs(0))
+    >>> pool(jnp.ones((1, 8, 8, 3))).shape
+    (1, 4, 4, 3)
+    """
+
+
+class FractionalMaxPool3d(_Fractional, nd=3):
+    """[`jaxpool.fractional_max_pool3d`][] as an NNX layer: ``rngs`` at
+    construction, new samples at every call."""
+
+
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d"]
 __all__ += ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
 __all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]

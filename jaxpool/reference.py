@@ -28,6 +28,8 @@ import numpy as np
 
 __all__ = [
     "adaptive_max_pool",
+    "fractional_max_pool",
+    "fractional_starts",
     "max_pool",
     "max_unpool",
     "output_size",
@@ -224,3 +226,63 @@ def max_unpool(
             if 0 <= where[b, q] < size:
                 result[b, where[b, q]] = values[b, q]
     return result.reshape(lead + tuple(spatial))
+
+
+def fractional_starts(u: np.ndarray, size: int, out: int, kernel: int) -> np.ndarray:
+    """PyTorch's fractional window starts along one axis, ``(*u.shape, out)``.
+
+    ``generate_intervals<scalar_t>`` in ``u``'s dtype: window ``i < out - 1``
+    starts at ``int((i + u) * alpha) - int(u * alpha)``, ``alpha = (size -
+    kernel) / (out - 1)``, and the last at ``size - kernel``. Every operation
+    (the int-to-float conversions too) is done as C++ does it for that dtype:
+    float32 and float64 natively, float16 and bfloat16 (``c10::Half``,
+    ``c10::BFloat16``) in float32 with the result rounded to the dtype. Starts
+    past ``size - kernel`` (where PyTorch's kernel fails an assertion) are
+    clipped to it.
+    """
+    dtype = u.dtype
+    calc = np.float64 if dtype == np.float64 else np.float32
+
+    def rounded(v):
+        return np.asarray(v, calc).astype(dtype).astype(calc)
+
+    starts = np.full((*u.shape, out), size - kernel, np.int64)
+    if out > 1:
+        alpha = rounded(rounded(size - kernel) / rounded(out - 1))
+        uc = u.astype(calc)
+        for i in range(out - 1):
+            high = np.trunc(rounded(rounded(rounded(i) + uc) * alpha))
+            low = np.trunc(rounded(uc * alpha))
+            starts[..., i] = np.clip(high - low, 0, size - kernel)
+    return starts
+
+
+def fractional_max_pool(
+    x: np.ndarray, kernel_size: tuple[int, ...], starts: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fractional max pool with argmax over the trailing ``len(kernel_size)``
+    axes, given each axis's window starts ``(*B, out)`` (one row per plane,
+    from ``fractional_starts``): window ``o`` covers ``[starts[a][o[a]],
+    + kernel_size[a])`` along each axis ``a``, the scan and its rule as for
+    ``max_pool``.
+
+    Mind the samples' order in PyTorch: in 2-D its ``samples[..., 0]`` drives W
+    and ``samples[..., 1]`` H; in 3-D entries 0, 1, 2 drive D, H, W.
+    """
+    nd = len(kernel_size)
+    lead, spatial = x.shape[: x.ndim - nd], x.shape[x.ndim - nd :]
+    out = tuple(s.shape[-1] for s in starts)
+    planes = x.reshape((-1, *spatial))
+    rows = [np.asarray(s).reshape(-1, s.shape[-1]) for s in starts]
+    values = np.empty((planes.shape[0], *out), x.dtype)
+    indices = np.empty((planes.shape[0], *out), np.int32)
+    for b in range(planes.shape[0]):
+        for o in itertools.product(*(range(n) for n in out)):
+            first = [int(rows[a][b, o[a]]) for a in range(nd)]
+            windows = [
+                list(range(f, f + k)) for f, k in zip(first, kernel_size, strict=True)
+            ]
+            best, arg = _select(planes[b : b + 1], windows, first)
+            values[(b, *o)] = best[0]
+            indices[(b, *o)] = arg[0]
+    return values.reshape(lead + out), indices.reshape(lead + out)

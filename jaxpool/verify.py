@@ -26,7 +26,7 @@ import numpy as np
 
 import jaxpool
 from jaxpool import reference
-from jaxpool._spec import AdaptiveArgs, PoolArgs
+from jaxpool._spec import AdaptiveArgs, FractionalArgs, PoolArgs
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 # Unit roundoff of each dtype, and of the dtype its gradients accumulate in.
@@ -186,7 +186,9 @@ def _unpool_cases(nd: int, quick: bool, implementation: str | None) -> Iterator[
             _name(shape, k=k, s=s, p=p),
             shape,
             nd,
-            lambda v, i, unpool=unpool, spatial=spatial: unpool(v, i, spatial),
+            lambda v, i, f=unpool, w=(k, s, p), size=spatial: f(
+                v, i, *w, output_size=size
+            ),
             None,
             lambda x, k=k, s=s, p=p, nd=nd: reference.max_pool(
                 x, (k,) * nd, (s,) * nd, (p,) * nd, (1,) * nd, False
@@ -195,10 +197,80 @@ def _unpool_cases(nd: int, quick: bool, implementation: str | None) -> Iterator[
         )
 
 
+FRACTIONAL = {
+    2: [
+        ((2, 3, 9, 10), FractionalArgs(2, (5, 4))),
+        ((2, 3, 9, 10), FractionalArgs(2, (8, 9))),
+        ((3, 11, 13), FractionalArgs((3, 2), output_ratio=(0.6, 0.7))),
+    ],
+    3: [
+        ((1, 2, 7, 8, 9), FractionalArgs(2, (3, 4, 5))),
+        ((2, 7, 6, 9), FractionalArgs((2, 1, 2), output_ratio=0.5)),
+    ],
+}
+# The entry of PyTorch's samples that drives each spatial axis (D, H, W).
+_SAMPLE_AXIS = {2: (1, 0), 3: (0, 1, 2)}
+
+
+def _fractional_cases(
+    nd: int, quick: bool, implementation: str | None
+) -> Iterator[Case]:
+    del implementation  # no Pallas kernel
+    pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    backward = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    for shape, args in FRACTIONAL[nd][: 2 if quick else None]:
+        spatial = shape[len(shape) - nd :]
+        planes = (1, shape[0]) if len(shape) == nd + 1 else shape[:2]
+        # float32 samples, rounded to each dtype the same way by every library.
+        samples = np.random.default_rng(list(shape)).random((*planes, nd))
+        samples = samples.astype(np.float32)
+        k, size, ratio = args.kernel_size, args.output_size, args.output_ratio
+        kernel = (k,) * nd if isinstance(k, int) else tuple(k)
+        if size is None:
+            ratios = (ratio,) * nd if isinstance(ratio, float) else tuple(ratio)
+            out = tuple(int(n * r) for n, r in zip(spatial, ratios, strict=True))
+        else:
+            out = (size,) * nd if isinstance(size, int) else tuple(size)
+
+        def oracle(x, nd=nd, samples=samples, kernel=kernel, out=out):
+            u = samples.astype(x.dtype)
+            u = u[0] if x.ndim == nd + 1 else u
+            starts = [
+                reference.fractional_starts(u[..., _SAMPLE_AXIS[nd][a]], *sizes)
+                for a, sizes in enumerate(
+                    zip(x.shape[x.ndim - nd :], out, kernel, strict=True)
+                )
+            ]
+            return reference.fractional_max_pool(x, kernel, starts)
+
+        def fn(x, pool=pool, args=args, samples=samples):
+            u = jnp.asarray(samples).astype(jnp.asarray(x).dtype)
+            return pool(x, **vars(args), samples=u)
+
+        def torch_fn(torch, x, nd=nd, kernel=kernel, out=out, samples=samples):
+            f = getattr(torch.nn.functional, f"fractional_max_pool{nd}d")
+            u = torch.from_numpy(samples).to(x.dtype)
+            return f(x, kernel, out, return_indices=True, _random_samples=u)
+
+        yield Case(
+            f"fractional_max_pool{nd}d",
+            f"{'x'.join(map(str, shape))} k{kernel} -> {'x'.join(map(str, out))}",
+            shape,
+            nd,
+            fn,
+            lambda g, x, i, b=backward, cl=args.channels_last, **kw: b(
+                g, x, i, channels_last=cl, **kw
+            ),
+            oracle,
+            torch_fn,
+        )
+
+
 OPS: dict[str, Callable[[bool, str | None], Iterator[Case]]] = {
     **{f"max_pool{n}d_with_argmax": partial(_pool_cases, n) for n in (1, 2, 3)},
     **{f"adaptive_max_pool{n}d": partial(_adaptive_cases, n) for n in (1, 2, 3)},
     **{f"max_unpool{n}d": partial(_unpool_cases, n) for n in (1, 2, 3)},
+    **{f"fractional_max_pool{n}d": partial(_fractional_cases, n) for n in (2, 3)},
 }
 
 

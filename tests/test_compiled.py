@@ -4,9 +4,9 @@ and the structural promises asserted on the compiled programs.
 ``benchmarks/compiled.py`` compiles for XLA's compile-only devices (the ``aot``
 extra: the CUDA plugin with XLA's H200 spec, libtpu) and reads the facts of
 each program: its optimized HLO, kernels, PTX and temporaries. Each test
-compiles one program (every public op, its standalone backward of each
-algorithm, and ``jax.grad`` of each algorithm and each implementation that
-claims the platform) and asserts:
+compiles one program (every public op, fractional pools included, its
+standalone backward of each algorithm, and ``jax.grad`` of each algorithm and
+each implementation that claims the platform) and asserts:
 
 - it compiles;
 - no ``while`` loop (the CPU's fusion boundary stays on the CPU);
@@ -45,6 +45,9 @@ CASES = {
     2: ((2, 3, 12, 12), (3, 2, 1), (5, 7)),
     3: ((2, 3, 8, 8, 8), (3, 2, 1), (3, 5, 3)),
 }
+# Fractional max pooling: (shape, kernel, output size); windows drawn from
+# samples, an argument of the program.
+FRACTIONAL = {2: ((2, 3, 13, 11), 2, (6, 5)), 3: ((2, 3, 9, 8, 7), 2, (4, 3, 3))}
 # H200 temporaries at most this many times the arguments and outputs together.
 TEMP_BOUND = 4
 
@@ -96,20 +99,7 @@ def _cases() -> dict[str, Case]:
                     deterministic=True,
                 )
             )
-            for algorithm in ("scatter", "gather"):
-
-                def standalone(g, x, i, backward=backward, algorithm=algorithm):
-                    return backward(g, x, i, algorithm=algorithm)
-
-                add(
-                    Case(
-                        f"{family}_backward {algorithm}",
-                        standalone,
-                        [pooled_shape, shape, (pooled_shape, jnp.int32)],
-                        kind="backward",
-                        deterministic=algorithm == "gather",
-                    )
-                )
+            _add_backwards(add, family, backward, pooled_shape, shape)
             implementations = [("xla", "auto"), ("xla", "scatter"), ("xla", "gather")]
             implementations.append(("pallas", "auto"))
             for implementation, algorithm in implementations:
@@ -157,7 +147,61 @@ def _cases() -> dict[str, Case]:
                 deterministic=False,
             )
         )
+    for nd, (shape, kernel, output_size) in FRACTIONAL.items():
+        pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
+        pool_backward = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+        samples = (*shape[:2], nd)
+        pooled_shape = (*shape[:2], *output_size)
+
+        def forward(x, u, f=pool, k=kernel, o=output_size, **kw):
+            return f(x, k, o, samples=u, **kw)
+
+        name = f"fractional_max_pool{nd}d"
+        add(
+            Case(
+                f"{name} forward",
+                forward,
+                [shape, samples],
+                kind="forward",
+                deterministic=True,
+            )
+        )
+        _add_backwards(add, name, pool_backward, pooled_shape, shape)
+        for algorithm in ("auto", "scatter", "gather"):
+
+            def grad(x, u, forward=forward, algorithm=algorithm):
+                return _grad(lambda x, **kw: forward(x, u, **kw), algorithm=algorithm)(
+                    x
+                )
+
+            add(
+                Case(
+                    f"{name} grad {algorithm} xla",
+                    grad,
+                    [shape, samples],
+                    kind="grad",
+                    deterministic=algorithm != "scatter",
+                )
+            )
     return cases
+
+
+def _add_backwards(add, family, backward, pooled_shape, shape) -> None:
+    """The standalone backward op of ``family`` with each algorithm."""
+    for algorithm in ("scatter", "gather"):
+
+        def standalone(g, x, i, algorithm=algorithm):
+            return backward(g, x, i, algorithm=algorithm)
+
+        add(
+            Case(
+                f"{family}_backward {algorithm}",
+                standalone,
+                [pooled_shape, shape, (pooled_shape, jnp.int32)],
+                kind="backward",
+                deterministic=algorithm == "gather",
+            )
+        )
 
 
 def _abstract(shape):
@@ -209,7 +253,8 @@ def test_compiles_with_its_promises(target, name):
     assert facts["compiled"], facts["error"]
     ops = facts["ops"]
     assert ops["while"] == 0, "a while loop (the CPU's fusion boundary?)"
-    if case.kind == "forward" and "adaptive" not in name and "unpool" not in name:
+    strided = not any(f in name for f in ("adaptive", "unpool", "fractional"))
+    if case.kind == "forward" and strided:
         assert ops["gather"] == 0, "a gather in the forward of strided windows"
     if case.deterministic:
         assert ops["scatter"] == 0, "a scatter in a deterministic program"

@@ -380,25 +380,101 @@ def _unpool_cases():
         name = fn.__name__
         v = jnp.zeros((2, 3, *(2,) * nd))
         i = v.astype(jnp.int32)
-        spatial = (4,) * nd
+        spatial = (4,) * nd  # kernel_size=2's default; PyTorch allows 3 to 5
         for size, exc, pattern in [
-            ((4,) * (nd + 1), ValueError, r"`output_size` must be \d spatial sizes"),
-            ((0,) * nd, ValueError, r"`output_size` must be \d spatial sizes >= 1"),
-            ((-4,) * nd, ValueError, r"`output_size` must be \d spatial sizes >= 1"),
+            ((4,) * (nd + 1), ValueError, rf"`output_size` must have {nd} entries"),
+            ((0,) * nd, ValueError, r"`output_size` must have spatial sizes >= 1"),
+            ((-4,) * nd, ValueError, r"`output_size` must have spatial sizes >= 1"),
             ((4.0,) * nd, TypeError, r"`output_size` must contain ints"),
             (4, TypeError, r"`output_size` must be a sequence"),
+            ((9, 3, *spatial), ValueError, r"`output_size` as a whole shape must"),
+            (
+                (2, 4, *spatial),
+                ValueError,
+                r"`output_size` as a whole shape must have the batch and channel "
+                r"sizes of `x` \(shape \(2, 3, .*got \(2, 4, ",
+            ),
         ]:
-            yield name, partial(fn, v, i, size), exc, pattern
-        if nd == 3:
-            big = (2**11,) * 3
-            yield name, partial(fn, v, i, big), ValueError, r"`output_size` must have f"
-        yield name, partial(fn, v[0, 0], i[0, 0], spatial), ValueError, r"`x` must"
-        yield name, partial(fn, i, i, spatial), TypeError, r"`x` must have a floating"
-        yield name, partial(fn, v, v, spatial), TypeError, r"`indices` must have an in"
-        yield name, partial(fn, v, i[:1], spatial), ValueError, r"`indices` must have"
+            yield name, partial(fn, v, i, output_size=size), exc, pattern
+            yield name, partial(fn, v, i, 2, output_size=size), exc, pattern
+        # PyTorch's range: strictly between default - stride and default + stride.
+        for size, dim, low, high in [
+            ((4,) * (nd - 1) + (32,), nd - 1, 2, 6),
+            ((2,) * nd, 0, 2, 6),
+            ((6,) * nd, 0, 2, 6),
+        ]:
+            got = re.escape(repr(size))
+            pattern = rf"`output_size` {got} is invalid \(dim {dim} must be between "
+            pattern += rf"{low} and {high}, exclusive\)"
+            yield name, partial(fn, v, i, 2, output_size=size), ValueError, pattern
         yield (
             name,
-            partial(fn, v, i, spatial, check_indices=1),
+            partial(fn, v, i, 3, 1, 1, output_size=(1,) * nd),  # default 2, stride 1
+            ValueError,
+            r"`output_size` .* \(dim 0 must be between 1 and 3, exclusive\)",
+        )
+        yield (
+            name,
+            partial(fn, v, i),
+            TypeError,
+            r"`output_size` is required without `kernel_size`",
+        )
+        nhwc = jnp.zeros((2, *(2,) * nd, 3))
+        yield (
+            name,
+            partial(
+                fn,
+                nhwc,
+                nhwc.astype(int),
+                2,
+                output_size=(2, 3, *spatial),
+                channels_last=True,
+            ),
+            ValueError,
+            r"`output_size` as a whole shape .*channels-first layout: check `chan",
+        )
+        for kwargs, exc, pattern in [
+            (dict(stride=2), ValueError, r"`stride` needs `kernel_size`"),
+            (dict(padding=1), ValueError, r"`padding` needs `kernel_size`"),
+        ]:
+            call = partial(fn, v, i, output_size=spatial, **kwargs)
+            yield name, call, exc, pattern
+        for kwargs, exc, pattern in [
+            (dict(kernel_size=0), ValueError, r"`kernel_size` must be positive, got"),
+            (dict(kernel_size=-2), ValueError, r"`kernel_size` must be positive"),
+            (dict(kernel_size=1.5), TypeError, r"`kernel_size` must contain ints"),
+            (dict(kernel_size="2"), TypeError, r"`kernel_size` must contain ints"),
+            (dict(kernel_size=(2,) * (nd + 1)), ValueError, r"`kernel_size` must be"),
+            (dict(kernel_size=2, stride=0), ValueError, r"`stride` must be positive"),
+            (dict(kernel_size=2, stride=1.0), TypeError, r"`stride` must contain int"),
+            (dict(kernel_size=2, padding=-1), ValueError, r"`padding` must be betwe"),
+            (dict(kernel_size=2, padding=2), ValueError, r"`padding` must be between"),
+            (dict(kernel_size=3, padding=1.0), TypeError, r"`padding` must contain"),
+        ]:
+            yield name, partial(fn, v, i, **kwargs), exc, pattern
+        one = jnp.zeros((2, 3, *(1,) * nd))
+        yield (
+            name,
+            partial(fn, one, one.astype(int), 2, padding=1),
+            ValueError,
+            r"the default output size .* is \((0, )*0,?\), below 1",
+        )
+        if nd == 3:
+            big = (2**11,) * 3
+            call = partial(fn, v, i, output_size=big)
+            yield name, call, ValueError, r"the output must have fewer than 2\*\*31"
+        yield (
+            name,
+            partial(fn, v[0, 0], i[0, 0], output_size=spatial),
+            ValueError,
+            r"`x` must",
+        )
+        yield name, partial(fn, i, i, 2), TypeError, r"`x` must have a floating"
+        yield name, partial(fn, v, v, 2), TypeError, r"`indices` must have an in"
+        yield name, partial(fn, v, i[:1], 2), ValueError, r"`indices` must have"
+        yield (
+            name,
+            partial(fn, v, i, 2, check_indices=1),
             TypeError,
             r"`check_indices` must be a bool",
         )

@@ -76,7 +76,7 @@ def _unpool(nd: int) -> Op:
 
     def forward(x):
         values, indices = pool(x, 2)
-        return unpool(values, indices, spatial)
+        return unpool(values, indices, 2, output_size=spatial)
 
     return Op((2, 3, *spatial), forward, None, False)
 

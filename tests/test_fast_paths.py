@@ -177,7 +177,9 @@ def test_flat_and_batched_scatters_equal_the_oracle(
         grad = jaxpool.max_pool2d_with_argmax_backward(
             g, x, i, (2, 2), 1, channels_last=channels_last
         )
-        return grad, jaxpool.max_unpool2d(g, i, (5, 6), channels_last=channels_last)
+        return grad, jaxpool.max_unpool2d(
+            g, i, output_size=(5, 6), channels_last=channels_last
+        )
 
     traced = []  # which form each trace builds (the ops are jitted and cached)
     offsets = _planes._global_offsets

@@ -49,12 +49,20 @@ def test_nnx_layers_equal_the_functional_ops(nnx):
     v2, i2 = jaxpool.max_pool2d_with_argmax(X4, 2, channels_last=True)
     # PyTorch's default unpool size, (in - 1) * stride - 2 * padding + k: 8 x 8.
     up = jpnnx.MaxUnpool2d(2)(v2, i2)
-    assert_same(up, jaxpool.max_unpool2d(v2, i2, (8, 8), channels_last=True))
+    assert up.shape == (2, 8, 8, 3)
+    assert_same(
+        up, jaxpool.max_unpool2d(v2, i2, output_size=(8, 8), channels_last=True)
+    )
     up = jpnnx.MaxUnpool2d(2)(v2, i2, output_size=(8, 9))
-    assert_same(up, jaxpool.max_unpool2d(v2, i2, (8, 9), channels_last=True))
+    assert_same(
+        up, jaxpool.max_unpool2d(v2, i2, 2, None, 0, (8, 9), channels_last=True)
+    )
     v3, i3 = _functional_pool3d(X5)
     up3 = jpnnx.MaxUnpool3d(3, 2, 1)(v3, i3, (6, 7, 5))
-    assert_same(up3, jaxpool.max_unpool3d(v3, i3, (6, 7, 5), channels_last=True))
+    want3 = jaxpool.max_unpool3d(v3, i3, 3, 2, 1, (6, 7, 5), channels_last=True)
+    assert_same(up3, want3)
+    # PyTorch's nn.MaxUnpool3d(3, 2, 1)(x, indices, output_size=x.size()).
+    assert_same(jpnnx.MaxUnpool3d(3, 2, 1)(v3, i3, X5.shape), want3)
 
 
 def test_nnx_model_differentiates_under_nnx_jit_and_grad(nnx):
@@ -132,7 +140,7 @@ def test_equinox_layers_follow_equinox_conventions(eqx):
     up = jax.vmap(jpeqx.MaxUnpool3d(3, 2, 1), in_axes=(0, 0, None))(
         values, indices, (6, 7, 5)
     )
-    assert_same(up, jaxpool.max_unpool3d(*want, (6, 7, 5)))
+    assert_same(up, jaxpool.max_unpool3d(*want, 3, 2, 1, (6, 7, 5)))
     head = jpeqx.AdaptiveMaxPool2d([2, None])  # lists become static tuples
     assert head.output_size == (2, None)
 
@@ -176,8 +184,16 @@ def test_layers_validate_their_arguments(eqx, nnx):
         jpnnx.MaxPool3d(2, padding=3)(X5)
     with pytest.raises(ValueError, match=r"max_pool3d_with_argmax: `x` must have"):
         jpeqx.MaxPool3d(2)(X5[0, 0])  # 3-D: (C, D, H, W) expected
-    with pytest.raises(ValueError, match=r"MaxUnpool2d: `x` must have"):
+    with pytest.raises(ValueError, match=r"max_unpool2d: `x` must have"):
         jpnnx.MaxUnpool2d(2)(X4[0, 0], X4[0, 0].astype(np.int32))
+    # The output size is checked as PyTorch's layer checks it.
+    v, i = jaxpool.max_pool2d_with_argmax(X4, 2, channels_last=True)
+    with pytest.raises(
+        ValueError, match=r"max_unpool2d: `output_size` \(4, 32\) is inv"
+    ):
+        jpnnx.MaxUnpool2d(2)(v, i, (4, 32))
+    with pytest.raises(ValueError, match=r"max_unpool3d: `padding` must be between"):
+        jpeqx.MaxUnpool3d(2, padding=2)(X5[0], X5[0].astype(np.int32))
 
 
 @pytest.mark.parametrize(

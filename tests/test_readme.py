@@ -58,6 +58,9 @@ EXPECTATIONS = {
     "message": lambda ns: "holds 16 at position [0 0 1 1]" in ns["message"],
     "grad_xs": lambda ns: ns["grad_xs"].sharding.spec[:2] == ("n", "c"),
     "values_dot": lambda ns: ns["values_dot"].shape == ns["values"].shape,
+    "hvp": lambda ns: np.allclose(
+        ns["hvp"], np.tensordot(ns["hessian"], ns["v"], axes=4), rtol=1e-5, atol=1e-5
+    ),
     "repeat": lambda ns: (
         ns["grad_x"].shape == ns["x"].shape
         and np.array_equal(np.asarray(ns["grad_x"]), np.asarray(ns["repeat"]))

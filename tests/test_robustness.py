@@ -25,7 +25,9 @@ INDEX_OPS = {
     "adaptive_max_pool2d_backward": lambda g, i, **kw: (
         jaxpool.adaptive_max_pool2d_backward(g, X, i, **kw)
     ),
-    "max_unpool2d": lambda g, i, **kw: jaxpool.max_unpool2d(g, i, (4, 4), **kw),
+    "max_unpool2d": lambda g, i, **kw: jaxpool.max_unpool2d(
+        g, i, output_size=(4, 4), **kw
+    ),
 }
 
 

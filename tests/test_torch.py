@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -195,3 +197,95 @@ def test_adaptive_max_pool1d_3d_match_torch(torch, case, dtype, kind):
         rng,
         dtype,
     )
+
+
+# max_unpool{1,2,3}d called as PyTorch calls it: (nd, pool input shape, the
+# pool's window arguments, which the unpool takes too), each restored to its
+# shape by PyTorch's default size. The last is unbatched.
+UNPOOL_FAMILY = [
+    (1, (2, 3, 11), dict(kernel_size=3, stride=2, padding=1)),
+    (2, (2, 3, 7, 8), dict(kernel_size=2)),
+    (2, (1, 2, 9, 7), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1))),
+    (3, (1, 2, 6, 4, 6), dict(kernel_size=2, stride=2, padding=1)),
+    (3, (2, 7, 7, 5), dict(kernel_size=3, stride=(2, 1, 2), padding=1)),
+]
+
+
+def _unpool_inputs(torch, nd, shape, kwargs, dtype, kind):
+    """Pooled values and indices (jaxpool's, equal to torch's), both ways."""
+    rng = _seed(14, UNPOOL_FAMILY.index((nd, shape, kwargs)), DTYPES.index(dtype))
+    x = make_input(rng, shape, dtype, kind)
+    with precision(dtype):
+        values, indices = getattr(jaxpool, f"max_pool{nd}d_with_argmax")(x, **kwargs)
+    values = np.asarray(values)
+    indices_t = torch.from_numpy(np.asarray(indices, np.int64))
+    return x, values, indices, to_torch(torch, values), indices_t
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(UNPOOL_FAMILY)))
+def test_max_unpool_matches_torch(torch, case, dtype):
+    """Values and gradients equal torch's for the default size, the spatial
+    size and the whole shape (``output_size=x.size()``, PyTorch's idiom), in
+    every dtype, NaN included."""
+    nd, shape, kwargs = UNPOOL_FAMILY[case]
+    _, values, indices, vt, it = _unpool_inputs(torch, nd, shape, kwargs, dtype, "nan")
+    unpool = getattr(jaxpool, f"max_unpool{nd}d")
+    torch_unpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
+    window = (kwargs["kernel_size"], kwargs.get("stride"), kwargs.get("padding", 0))
+    for output_size in (None, shape[-nd:], shape):
+        # torch takes a whole shape of a batch only: (C, *S) is jaxpool's form.
+        unbatched = output_size is not None and len(output_size) == nd + 1
+        torch_size = output_size[1:] if unbatched else output_size
+        vt_grad = vt.clone().requires_grad_()
+        want = torch_unpool(vt_grad, it, *window, output_size=torch_size)
+        ct = _seed(15, case).integers(-3, 4, want.shape).astype(np_dtype(dtype))
+        want.backward(to_torch(torch, ct))
+        with precision(dtype):
+            out, vjp = jax.vjp(
+                lambda v, o=output_size: unpool(v, indices, *window, output_size=o),
+                jnp.asarray(values),
+            )
+            (grad,) = vjp(jnp.asarray(ct))
+        assert_same(out, from_torch(torch, want), f"values, {output_size=}")
+        assert_same(grad, from_torch(torch, vt_grad.grad), f"grad, {output_size=}")
+
+
+@pytest.mark.parametrize("case", range(len(UNPOOL_FAMILY)))
+def test_max_unpool_output_size_check_matches_torch(torch, case):
+    """Every output size around the default, one axis at a time: jaxpool
+    rejects exactly the sizes torch rejects, with torch's bounds in the
+    message, and where both accept, the results are equal (where torch then
+    finds an index outside the smaller plane and raises, jaxpool drops it, as
+    the oracle does)."""
+    nd, shape, kwargs = UNPOOL_FAMILY[case]
+    _, values, indices, vt, it = _unpool_inputs(
+        torch, nd, shape, kwargs, "float32", "random"
+    )
+    unpool = getattr(jaxpool, f"max_unpool{nd}d")
+    torch_unpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
+    window = (kwargs["kernel_size"], kwargs.get("stride"), kwargs.get("padding", 0))
+    default = tuple(torch_unpool(vt, it, *window).shape[-nd:])
+    bounds = re.compile(r"dim \d+ must be between -?\d+ and -?\d+")
+    accepted = rejected = 0
+    for axis in range(nd):
+        stride = np.broadcast_to(kwargs.get("stride") or kwargs["kernel_size"], nd)
+        for size in range(1, default[axis] + stride[axis] + 2):
+            output_size = (*default[:axis], size, *default[axis + 1 :])
+            try:
+                want = from_torch(
+                    torch, torch_unpool(vt, it, *window, output_size=output_size)
+                )
+            except ValueError as e:
+                with pytest.raises(ValueError) as ours:
+                    unpool(values, indices, *window, output_size=output_size)
+                assert bounds.findall(str(ours.value)) == bounds.findall(str(e))
+                rejected += 1
+                continue
+            except RuntimeError as e:  # an index outside the smaller plane
+                assert "invalid max index" in str(e)
+                want = reference.max_unpool(values, np.asarray(indices), output_size)
+            got = unpool(values, indices, *window, output_size=output_size)
+            assert_same(got, want, f"{output_size=}")
+            accepted += 1
+    assert accepted >= nd and rejected >= nd  # both sides of the range were tried

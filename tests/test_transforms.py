@@ -1,9 +1,11 @@
-"""Every JAX transformation through both ops and both backward ops."""
+"""Every JAX transformation through both ops and both backward ops (forward mode
+and second order through every op: test_second_order.py)."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,7 @@ from helpers import assert_close, assert_same, cotangent, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
-from jaxpool import reference
+from jaxpool import _platform, reference
 
 
 class Op(NamedTuple):
@@ -71,9 +73,7 @@ def expected_grad(op, x, w):
 def test_jit_matches_eager(op):
     x = make_input(np.random.default_rng(0), op.shape, "float32", "nan")
     values, indices = op.forward(x)
-    jv, ji = jax.jit(op.forward)(x)
-    assert_same(jv, values)
-    assert_same(ji, indices)
+    chex.assert_trees_all_equal(jax.jit(op.forward)(x), (values, indices), strict=True)
     g = jnp.ones_like(values)
     assert_same(jax.jit(op.backward)(g, x, indices), op.backward(g, x, indices))
 
@@ -91,9 +91,10 @@ def test_vmap_equals_python_loop(op, extra):
     grads = bwd(g, x, indices)
     for b in np.ndindex(*extra):
         vb, ib = op.forward(x[b])
-        assert_same(values[b], vb)
-        assert_same(indices[b], ib)
-        assert_same(grads[b], op.backward(g[b], x[b], ib))
+        want = (vb, ib, op.backward(g[b], x[b], ib))
+        chex.assert_trees_all_equal(
+            (values[b], indices[b], grads[b]), want, strict=True
+        )
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -238,35 +239,6 @@ def test_float64_end_to_end(op):
     assert_same(grad, 2 * np.asarray(back))
 
 
-class TestForwardMode:
-    """custom_vjp has no JVP: the documented limitation and its alternatives."""
-
-    def test_jvp_jacfwd_linearize_raise(self, op):
-        x = jnp.asarray(tie_free(op.shape, dtype=np.float32))
-        f = values_of(op)
-        for transform in (
-            lambda: jax.jvp(f, (x,), (x,)),
-            lambda: jax.jacfwd(f)(x),
-            lambda: jax.linearize(f, x)[1](x),  # linearize itself defers the error
-        ):
-            with pytest.raises(TypeError, match="custom_vjp"):
-                transform()
-
-    def test_tangent_is_a_gather_at_the_indices(self, op):
-        # The README's forward-mode recipe: y_dot = x_dot at each argmax.
-        with jax.enable_x64(True):
-            x = jnp.asarray(tie_free(op.shape))
-            x_dot = jnp.asarray(np.random.default_rng(9).standard_normal(op.shape))
-            values, indices = op.forward(x)
-            lead = x.shape[:2]
-            y_dot = jnp.take_along_axis(
-                x_dot.reshape(*lead, -1), indices.reshape(*lead, -1), axis=-1
-            ).reshape(values.shape)
-            jac = jax.jacrev(values_of(op))(x)
-        want = np.tensordot(np.asarray(jac), np.asarray(x_dot), axes=x.ndim)
-        assert_close(y_dot, want, "float64")
-
-
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_backward_ops_under_grad(op, algorithm):
     # The backward ops are differentiable in grad_output (their VJP is a gather).
@@ -358,3 +330,59 @@ def test_traced_window_argument_raises_helpful_type_error():
     # Closing over them or marking them static works.
     f = jax.jit(jaxpool.max_pool3d_with_argmax, static_argnums=1)
     assert f(x, 2)[0].shape == (1, 1, 2, 2, 2)
+
+
+def _same_then_new(kernel):
+    """Eager calls: the same configuration, spelled three ways, then a new one.
+
+    ``kernel`` names the ``_platform`` function each traces: the pool's forward,
+    its backward (in ``jax.grad``), the unpool."""
+    x = jnp.asarray(
+        make_input(np.random.default_rng(14), (2, 3, 8, 6), "float32", "random")
+    )
+    values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
+
+    def grad(*window):
+        loss = lambda x: jnp.sum(jaxpool.max_pool2d_with_argmax(x, *window)[0] ** 2)  # noqa: E731
+        return jax.grad(loss)(x)
+
+    unpool = jaxpool.max_unpool2d
+    return {
+        "forward": (
+            [
+                lambda: jaxpool.max_pool2d_with_argmax(x, 2),
+                lambda: jaxpool.max_pool2d_with_argmax(x, (2, 2), stride=2),
+                lambda: jaxpool.max_pool2d_with_argmax(np.asarray(x), [2], None, 0),
+            ],
+            lambda: jaxpool.max_pool2d_with_argmax(x, 3),
+        ),
+        "backward": (
+            [lambda: grad(2), lambda: grad((2, 2)), lambda: grad(2, 2, 0)],
+            lambda: grad(2, 1),
+        ),
+        "unpool": (
+            [
+                lambda: unpool(values, indices, 2),
+                lambda: unpool(values, indices, output_size=(8, 6)),
+                lambda: unpool(values, indices, (2, 2), 2, 0, output_size=x.shape),
+            ],
+            lambda: unpool(values, indices, 2, output_size=(9, 6)),
+        ),
+    }[kernel]
+
+
+@pytest.mark.parametrize("kernel", ["forward", "backward", "unpool"])
+def test_eager_calls_trace_once_per_configuration(retrace, monkeypatch, kernel):
+    """The ops are jitted inside, with a hashable spec: eager calls with the
+    same configuration, however spelled, trace the kernel once and reuse the
+    program; a new configuration traces again (``chex.assert_max_traces``
+    counts the traces, and raises on the second)."""
+    original = getattr(_platform, kernel)
+    chex.clear_trace_counter()
+    monkeypatch.setattr(_platform, kernel, chex.assert_max_traces(original, n=1))
+    same, new = _same_then_new(kernel)
+    first = same[0]()
+    for call in same[1:]:
+        chex.assert_trees_all_equal(call(), first, strict=True)
+    with pytest.raises(AssertionError, match=rf"Function '{kernel}' is traced > 1 t"):
+        new()

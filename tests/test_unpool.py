@@ -39,14 +39,17 @@ CASES = [
 IDS = [f"{nd}d-{shape}-{kw}" for nd, shape, kw in CASES]
 
 
+def _window(kwargs):
+    """The pool's ``(kernel_size, stride, padding)``: the unpool's arguments."""
+    return kwargs["kernel_size"], kwargs.get("stride"), kwargs.get("padding", 0)
+
+
 def _torch_unpool(torch, nd, values, indices, kwargs, spatial):
     unpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
     return unpool(
         values,
         torch.from_numpy(np.asarray(indices, np.int64)),
-        kwargs["kernel_size"],
-        kwargs.get("stride"),
-        kwargs.get("padding", 0),
+        *_window(kwargs),
         output_size=spatial,
     )
 
@@ -62,15 +65,20 @@ def test_unpool_matches_oracle_and_torch(nd, shape, kwargs):
     torch = require("torch")
     x, values, indices = _pooled(nd, shape, kwargs)
     spatial = shape[-nd:]
-    out = UNPOOL[nd](values, indices, spatial)
+    # PyTorch's call: the pool's window arguments, and the size to restore.
+    out = UNPOOL[nd](values, indices, *_window(kwargs), output_size=spatial)
     assert_same(out, reference.max_unpool(np.asarray(values), indices, spatial))
     want = _torch_unpool(
         torch, nd, to_torch(torch, np.asarray(values)), indices, kwargs, spatial
     )
     assert_same(out, from_torch(torch, want))
-    # The full shape is accepted too (PyTorch's form), jitted as well.
-    full = jax.jit(lambda v, i: UNPOOL[nd](v, i, x.shape))(values, indices)
+    # The full shape is accepted too (PyTorch's form), jitted as well, and the
+    # output size alone, without the window.
+    full = jax.jit(
+        lambda v, i: UNPOOL[nd](v, i, *_window(kwargs), output_size=x.shape)
+    )(values, indices)
     assert_same(full, out)
+    assert_same(UNPOOL[nd](values, indices, output_size=spatial), out)
 
 
 @pytest.mark.parametrize("nd, shape, kwargs", CASES, ids=IDS)
@@ -78,7 +86,9 @@ def test_unpool_gradient_is_torchs_gather(nd, shape, kwargs):
     torch = require("torch")
     _, values, indices = _pooled(nd, shape, kwargs)
     spatial = shape[-nd:]
-    out, vjp = jax.vjp(lambda v: UNPOOL[nd](v, indices, spatial), values)
+    out, vjp = jax.vjp(
+        lambda v: UNPOOL[nd](v, indices, *_window(kwargs), output_size=spatial), values
+    )
     ct = cotangent(rng_for("ct", nd, shape), out.shape, "float32")
     (grad,) = vjp(jnp.asarray(ct))
     vt = to_torch(torch, np.asarray(values)).requires_grad_(True)
@@ -96,7 +106,7 @@ def test_unpool_gradient_is_torchs_gather(nd, shape, kwargs):
 def test_unpool_is_differentiable_twice():
     _, values, indices = _pooled(2, (1, 2, 6, 6), dict(kernel_size=2), "random")
     check_grads(
-        lambda v: jaxpool.max_unpool2d(v, indices, (6, 6)) ** 2,
+        lambda v: jaxpool.max_unpool2d(v, indices, 2) ** 2,
         (values,),
         order=2,
         modes=["rev"],
@@ -114,7 +124,7 @@ def test_bad_unpool_indices_are_dropped_never_wrapped(jit):
     indices[1, 2, 1, 1] = 2**31 - 1
     unpool = jax.jit(jaxpool.max_unpool2d, static_argnums=2) if jit else None
     fn = unpool or jaxpool.max_unpool2d
-    out = np.asarray(fn(values, jnp.asarray(indices), (4, 4)))
+    out = np.asarray(fn(values, jnp.asarray(indices), 2))  # 4 x 4
     want = np.zeros((2, 3, 16), np.float32)
     for n in range(2):
         for c in range(3):
@@ -125,17 +135,19 @@ def test_bad_unpool_indices_are_dropped_never_wrapped(jit):
     assert out[0, 0].ravel()[15] == values[0, 0, 1, 1]  # -1 did not wrap to 15
     assert out[0, 2].sum() == values[0, 2].sum()  # the next plane is untouched
     # int64 indices (from PyTorch) and their gradient: dropped indices get 0.
-    grad = jax.grad(lambda v: fn(v, jnp.asarray(indices), (4, 4)).sum())(values)
+    grad = jax.grad(lambda v: fn(v, jnp.asarray(indices), 2).sum())(values)
     assert grad[0, 0, 0, 0] == 0 and grad[0, 1, 0, 1] == 0 and grad[1, 2, 1, 1] == 0
     assert float(grad.sum()) == values.size - 3
 
 
 def test_unpool_channels_last():
     _, values, indices = _pooled(3, (2, 3, 6, 4, 5), dict(kernel_size=2))
-    out = jaxpool.max_unpool3d(values, indices, (6, 4, 5))
+    out = jaxpool.max_unpool3d(values, indices, 2, output_size=(6, 4, 5))
     move = lambda a: jnp.moveaxis(a, 1, -1)  # noqa: E731
     outl, vjp = jax.vjp(
-        lambda v: jaxpool.max_unpool3d(v, move(indices), (6, 4, 5), channels_last=True),
+        lambda v: jaxpool.max_unpool3d(
+            v, move(indices), 2, output_size=(6, 4, 5), channels_last=True
+        ),
         move(values),
     )
     assert_same(outl, move(out))
@@ -147,9 +159,48 @@ def test_segnet_round_trip_keeps_the_maxima():
     """pool -> unpool -> pool gives the same values: what SegNet relies on."""
     x = make_input(rng_for("segnet"), (2, 4, 8, 8), "float32", "random")
     values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
-    up = jaxpool.max_unpool2d(values, indices, (8, 8))
+    up = jaxpool.max_unpool2d(values, indices, 2)
     again, again_indices = jaxpool.max_pool2d_with_argmax(up, 2)
     # Zeros can beat negative maxima, so compare where the maximum is >= 0.
     keep = np.asarray(values) >= 0
     assert_same(np.asarray(again)[keep], np.asarray(values)[keep])
     assert_same(np.asarray(again_indices)[keep], np.asarray(indices)[keep])
+
+
+@pytest.mark.parametrize("nd, shape, kwargs", CASES, ids=IDS)
+def test_default_output_size_is_torchs(nd, shape, kwargs):
+    """Without ``output_size``, PyTorch's ``(in - 1) * stride + kernel_size - 2
+    * padding`` per axis: torch's shape and values."""
+    torch = require("torch")
+    _, values, indices = _pooled(nd, shape, kwargs)
+    k, s, p = _window(kwargs)
+    size = tuple((n - 1) * (s or k) + k - 2 * p for n in values.shape[-nd:])
+    out = UNPOOL[nd](values, indices, k, s, p)
+    assert out.shape == (*values.shape[:-nd], *size)
+    assert_same(out, reference.max_unpool(np.asarray(values), indices, size))
+    want = _torch_unpool(
+        torch, nd, to_torch(torch, np.asarray(values)), indices, kwargs, None
+    )
+    assert_same(out, from_torch(torch, want))
+
+
+def test_whole_shape_output_size_in_either_layout():
+    """A whole shape (PyTorch's ``output_size=x.size()``) in ``x``'s layout,
+    batched or not, restores the same array as the spatial sizes alone."""
+    x = make_input(rng_for("whole-shape"), (2, 3, 8, 7), "float32", "random")
+    values, indices = jaxpool.max_pool2d_with_argmax(x, 2)
+    out = jaxpool.max_unpool2d(values, indices, 2, output_size=(8, 7))
+    assert_same(jaxpool.max_unpool2d(values, indices, 2, output_size=x.shape), out)
+    assert_same(
+        jaxpool.max_unpool2d(values[0], indices[0], 2, output_size=x.shape[1:]), out[0]
+    )
+    move = lambda a: jnp.moveaxis(a, 1, -1)  # noqa: E731
+    nhwc = jaxpool.max_unpool2d(
+        move(values), move(indices), 2, output_size=(2, 8, 7, 3), channels_last=True
+    )
+    assert_same(nhwc, move(out))
+    # The NCHW shape for NHWC data is an error (it was a (2, 3, 8, 3) result).
+    with pytest.raises(ValueError, match=r"channels-first layout: check `channels_l"):
+        jaxpool.max_unpool2d(
+            move(values), move(indices), 2, output_size=x.shape, channels_last=True
+        )

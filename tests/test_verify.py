@@ -29,7 +29,12 @@ def test_verify_passes_on_every_op(tmp_path):
 def test_verify_compares_with_torch():
     require("torch")
     out = io.StringIO()
-    ops = ["max_pool2d_with_argmax", "adaptive_max_pool3d", "max_unpool1d"]
+    ops = [
+        "max_pool2d_with_argmax",
+        "adaptive_max_pool3d",
+        "max_unpool1d",
+        "fractional_max_pool2d",
+    ]
     rows = verify.run(ops, ["float32"], True, True, out)
     checks = {r.check for r in rows}
     assert "values, indices == torch (mismatches)" in checks

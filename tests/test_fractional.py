@@ -1,0 +1,654 @@
+"""fractional_max_pool{2,3}d: PyTorch's windows in every dtype, against the NumPy
+oracle and PyTorch's CPU kernels (torch==2.13.0), gradients, errors, keys."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    DTYPES,
+    INPUT_KINDS,
+    assert_same,
+    check_against_oracle,
+    cotangent,
+    from_torch,
+    make_input,
+    np_dtype,
+    precision,
+    require,
+    rng_for,
+    to_torch,
+)
+
+import jaxpool
+from jaxpool import _fractional, reference
+
+POOL = {2: jaxpool.fractional_max_pool2d, 3: jaxpool.fractional_max_pool3d}
+BACKWARD = {
+    2: jaxpool.fractional_max_pool2d_backward,
+    3: jaxpool.fractional_max_pool3d_backward,
+}
+# The entry of PyTorch's samples that drives each spatial axis (D, H, W order).
+SAMPLE_AXIS = {2: (1, 0), 3: (0, 1, 2)}
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return require("torch")
+
+
+def unit_values(dtype: str) -> np.ndarray:
+    """Every value of a 16-bit dtype in [0, 1)."""
+    top = 0x3C00 if dtype == "float16" else 0x3F80  # the bits of 1.0
+    return np.arange(top, dtype=np.uint16).view(np_dtype(dtype))
+
+
+def critical_samples(dtype: str, size: int, out: int, k: int) -> np.ndarray:
+    """Samples at and next to the points where ``(i + u) * alpha`` crosses an
+    integer: the rounding boundaries of the window formula."""
+    dt = np_dtype(dtype)
+    alpha = float(size - k) / (out - 1)
+    points = [
+        (n / alpha - i)
+        for i in range(out - 1)
+        for n in range(int(i * alpha), int((i + 1) * alpha) + 2)
+    ]
+    points = np.array([p for p in points if 0 <= p < 1], dt)
+    near = [points, np.nextafter(points, dt.type(0)), np.nextafter(points, dt.type(1))]
+    near.append(np.array([0, np.nextafter(dt.type(1), dt.type(0))], dt))
+    found = np.concatenate(near)
+    return found[(found >= 0) & (found < 1)]
+
+
+def oracle(x, kernel, samples, out):
+    """The oracle's pool, the starts drawn from PyTorch-ordered ``samples``."""
+    nd = len(kernel)
+    spatial = x.shape[x.ndim - nd :]
+    starts = [
+        reference.fractional_starts(samples[..., SAMPLE_AXIS[nd][a]], *sizes)
+        for a, sizes in enumerate(zip(spatial, out, kernel, strict=True))
+    ]
+    return reference.fractional_max_pool(x, kernel, starts)
+
+
+# ------------------------------------------------------------------ windows
+
+# (size, out, kernel): the last rows give repeated starts in bfloat16 (and
+# float16 past 2048), where more than `kernel` windows cover a position.
+WINDOWS = [(5, 3, 2), (25, 12, 3), (37, 19, 3), (61, 40, 2), (10, 1, 3), (300, 290, 2)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, out, k", WINDOWS)
+def test_16bit_starts_equal_the_oracle_for_every_sample(dtype, size, out, k):
+    u = unit_values(dtype)
+    got = jax.jit(_fractional.window_starts, static_argnums=(1, 2, 3))(
+        jnp.asarray(u)[:, None], size, out, k
+    )
+    want = reference.fractional_starts(u[:, None], size, out, k)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    # Not float32 arithmetic: rounding to the dtype changes some windows.
+    wide = reference.fractional_starts(u[:, None].astype(np.float32), size, out, k)
+    assert out == 1 or (wide != want).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("size, out, k", [*WINDOWS, (999, 997, 2), (1000, 700, 1)])
+def test_wide_starts_equal_the_oracle_at_rounding_boundaries(dtype, size, out, k):
+    rng = rng_for("starts", dtype, size, out, k)
+    u = rng.random(500).astype(np_dtype(dtype))
+    if out > 1:
+        u = np.concatenate([u, critical_samples(dtype, size, out, k)])
+    with precision(dtype):
+        got = _fractional.window_starts(jnp.asarray(u)[:, None], size, out, k)
+    want = reference.fractional_starts(u[:, None], size, out, k)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def torch_starts(torch, samples, dtype, size, out, k):
+    """PyTorch's starts along W, read from the indices of an all-zero input
+    (ties: the first element of each window)."""
+    zeros = torch.zeros(1, len(samples), 1, size, dtype=to_torch(torch, samples).dtype)
+    rows = np.stack([samples, np.zeros_like(samples)], -1)[None]  # entry 0: W
+    _, indices = torch.nn.functional.fractional_max_pool2d(
+        zeros,
+        (1, k),
+        (1, out),
+        return_indices=True,
+        _random_samples=to_torch(torch, rows),
+    )
+    return indices.numpy()[0, :, 0, :]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size, out, k", WINDOWS)
+def test_oracle_starts_equal_torch(torch, dtype, size, out, k):
+    """The oracle's arithmetic is PyTorch's, at every 16-bit sample and at the
+    rounding boundaries of the wider dtypes."""
+    if dtype in ("float16", "bfloat16"):
+        u = unit_values(dtype)
+    else:
+        u = rng_for("torch-starts", dtype).random(300).astype(np_dtype(dtype))
+        if out > 1:
+            u = np.concatenate([u, critical_samples(dtype, size, out, k)])
+    want = torch_starts(torch, u, dtype, size, out, k)
+    np.testing.assert_array_equal(reference.fractional_starts(u, size, out, k), want)
+
+
+def test_repeated_16bit_starts_cover_more_windows_than_the_kernel():
+    """Why the deterministic backward cannot bound the covering windows by
+    ``kernel_size``: in bfloat16, ``300 -> 290`` with ``k = 2`` repeats starts."""
+    starts = reference.fractional_starts(unit_values("bfloat16"), 300, 290, 2)
+    covering = (starts[..., None] <= np.arange(300)) & (
+        np.arange(300) < starts[..., None] + 2
+    )
+    assert covering.sum(-2).max() > 2
+
+
+def test_starts_past_the_last_are_clipped_where_torch_fails_its_assertion(torch):
+    """bfloat16 ``898 -> 894``, ``k = 2``, ``u = 0``: the rounded formula puts
+    window 892 at 900 > 896; PyTorch's CPU kernel fails an internal assertion
+    there, jaxpool (and the oracle) clip the start to ``L - k``."""
+    u = np.zeros((1, 1, 2), np_dtype("bfloat16"))
+    x = make_input(rng_for("clip"), (1, 1, 1, 898), "bfloat16", "random")
+    with pytest.raises(RuntimeError, match="INTERNAL ASSERT FAILED"):
+        torch_pool(torch, 2, to_torch(torch, x), (1, 2), (1, 894), u)
+    starts = reference.fractional_starts(u[0, :, 0], 898, 894, 2)
+    assert starts.max() == 896 and (starts[0, -3:] == 896).all()
+    got = jaxpool.fractional_max_pool2d(x, (1, 2), (1, 894), samples=u)
+    want = oracle(x, (1, 2), u, (1, 894))
+    assert_same(got[0], want[0])
+    assert_same(got[1], want[1])
+
+
+# ------------------------------------------------------------------ oracle
+
+# (nd, shape, kernel, output_size)
+CONFIGS = {
+    "2d-k2": (2, (2, 3, 9, 8), (2, 2), (5, 4)),
+    "2d-k3-mixed": (2, (1, 2, 11, 13), (3, 2), (6, 9)),
+    "2d-out1": (2, (2, 2, 5, 6), (2, 3), (1, 2)),
+    "2d-tight": (2, (1, 3, 7, 7), (2, 2), (6, 6)),  # alpha = 1: stride 1
+    "2d-unbatched": (2, (3, 10, 9), (2, 2), (4, 5)),
+    "3d-k2": (3, (1, 2, 7, 8, 9), (2, 2, 2), (3, 4, 5)),
+    "3d-mixed-unbatched": (3, (2, 6, 5, 9), (3, 1, 2), (3, 4, 4)),
+}
+
+
+def _samples(rng, shape, nd, dtype):
+    lead = (1, shape[0]) if len(shape) == nd + 1 else shape[:2]
+    return rng.random((*lead, nd)).astype(np_dtype(dtype))
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_matches_oracle_exactly(name, dtype, kind):
+    nd, shape, kernel, out = CONFIGS[name]
+    rng = rng_for("fractional", name, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    samples = _samples(rng, shape, nd, dtype)
+    planes = samples[0] if len(shape) == nd + 1 else samples
+    check_against_oracle(
+        lambda x: POOL[nd](x, kernel, out, samples=samples),
+        BACKWARD[nd],
+        x,
+        oracle(x, kernel, planes, out),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_channels_last_and_ratio_forms_equal_the_channels_first_op(dtype):
+    rng = rng_for("layouts", dtype)
+    x = make_input(rng, (2, 3, 10, 11), dtype, "ties")
+    samples = _samples(rng, x.shape, 2, dtype)
+    want = jaxpool.fractional_max_pool2d(x, 2, (5, 5), samples=samples)
+    cl = jaxpool.fractional_max_pool2d(
+        np.moveaxis(x, 1, -1), 2, (5, 5), samples=samples, channels_last=True
+    )
+    for got, expected in zip(cl, want, strict=True):
+        assert_same(np.moveaxis(np.asarray(got), -1, 1), expected)
+    ratio = jaxpool.fractional_max_pool2d(x, 2, output_ratio=0.5, samples=samples)
+    assert_same(ratio[1], want[1])  # int(10 * 0.5) = 5 = int(11 * 0.5)
+    g = cotangent(rng, cl[0].shape, dtype)
+    grad = jaxpool.fractional_max_pool2d_backward(
+        g, np.moveaxis(x, 1, -1), cl[1], channels_last=True
+    )
+    want_grad = jaxpool.fractional_max_pool2d_backward(
+        np.moveaxis(g, -1, 1), x, want[1]
+    )
+    assert_same(np.moveaxis(np.asarray(grad), -1, 1), want_grad)
+
+
+# ------------------------------------------------------------------- torch
+
+
+def torch_pool(torch, nd, x, kernel, out, samples):
+    pool = getattr(torch.nn.functional, f"fractional_max_pool{nd}d")
+    return pool(
+        x, kernel, out, return_indices=True, _random_samples=to_torch(torch, samples)
+    )
+
+
+# (nd, shape, kernel, output_size); wide planes give 16-bit windows that differ
+# from float32's and, in bfloat16, repeated starts.
+TORCH_CASES = [
+    (2, (2, 3, 9, 8), (2, 2), (5, 4)),
+    (2, (1, 4, 13, 11), (3, 2), (9, 5)),
+    (2, (3, 7, 9), (2, 3), (4, 4)),
+    (2, (1, 2, 5, 300), (2, 2), (3, 290)),
+    (3, (2, 2, 7, 8, 9), (2, 2, 3), (3, 4, 5)),
+    (3, (3, 6, 5, 7), (2, 1, 2), (4, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(TORCH_CASES)))
+def test_matches_torch(torch, case, dtype, kind):
+    """Values, indices and the gradient (small-integer cotangents: exact in
+    any order and dtype) equal PyTorch's, from the same samples."""
+    nd, shape, kernel, out = TORCH_CASES[case]
+    rng = rng_for("fractional-torch", case, dtype, kind)
+    x = make_input(rng, shape, dtype, kind)
+    samples = _samples(rng, shape, nd, dtype)
+    xt = to_torch(torch, x).requires_grad_()
+    tv, ti = torch_pool(torch, nd, xt, kernel, out, samples)
+    g = cotangent(rng, tuple(tv.shape), dtype)
+    tv.backward(to_torch(torch, g))
+    with precision(dtype):
+        pool = partial(POOL[nd], kernel_size=kernel, output_size=out, samples=samples)
+        (values, indices), vjp = jax.vjp(pool, jnp.asarray(x))
+        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
+        gather = BACKWARD[nd](g, x, ti.numpy(), algorithm="gather")
+    assert_same(values, from_torch(torch, tv), "values")
+    assert_same(indices, ti.numpy().astype(np.int32), "indices")
+    assert_same(grad, from_torch(torch, xt.grad), "grad")
+    assert_same(gather, from_torch(torch, xt.grad), "gather backward from torch")
+
+
+def test_nan_rule_and_ties_are_torchs(torch):
+    x = np.array([[[[1.0, np.nan, 3.0, np.nan], [2.0, 5.0, 5.0, 0.0]]]], np.float32)
+    samples = np.full((1, 1, 2), 0.3, np.float32)
+    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
+    assert np.isnan(got[0]).all() and got[1].ravel().tolist() == [3]  # last NaN
+    x[0, 0, 0, [1, 3]] = 5.0
+    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
+    assert got[1].ravel().tolist() == [1]  # first maximum
+    want = torch_pool(torch, 2, to_torch(torch, x), (2, 4), 1, samples)
+    assert got[1].ravel().tolist() == want[1].ravel().tolist()
+
+
+# ----------------------------------------------------- backward and keys
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gather_backward_equals_the_scatter_where_starts_repeat(dtype):
+    """bfloat16 ``300 -> 290``: positions covered by more windows than the
+    kernel, and any in-plane index (not only each window's own) honoured."""
+    rng = rng_for("repeats", dtype)
+    x = make_input(rng, (2, 3, 4, 300), dtype, "ties")
+    samples = _samples(rng, x.shape, 2, dtype)
+    _, indices = jaxpool.fractional_max_pool2d(x, 2, (3, 290), samples=samples)
+    g = cotangent(rng, indices.shape, dtype)
+    scatter = jaxpool.fractional_max_pool2d_backward(g, x, indices, algorithm="scatter")
+    gather = jaxpool.fractional_max_pool2d_backward(g, x, indices, algorithm="gather")
+    assert_same(gather, scatter)
+    shuffled = np.asarray(indices).copy()
+    rng.shuffle(shuffled.reshape(-1))  # indices from anywhere, even other planes'
+    shuffled.reshape(-1)[:7] = [-1, 1200, 5, 5, 5, 2**30, -(2**30)]  # some dropped
+    want = reference.scatter_add(g, shuffled, x.shape[2:]).astype(np_dtype(dtype))
+    for algorithm in ("scatter", "gather"):
+        got = jaxpool.fractional_max_pool2d_backward(
+            g, x, shuffled, algorithm=algorithm
+        )
+        assert_same(got, want, algorithm)
+
+
+def test_key_draws_uniform_samples_and_vmap_over_keys():
+    x = make_input(rng_for("keys"), (2, 3, 12, 12), "float32", "random")
+    keys = jax.random.split(jax.random.key(0), 4)
+    pool = partial(jaxpool.fractional_max_pool2d, x, 3, output_ratio=0.5)
+    values, indices = jax.vmap(lambda k: pool(key=k))(keys)
+    assert values.shape == (4, 2, 3, 6, 6)
+    for k, v, i in zip(keys, values, indices, strict=True):
+        samples = jax.random.uniform(k, (2, 3, 2), jnp.float32)
+        want = pool(samples=samples)
+        assert_same(v, want[0])
+        assert_same(i, want[1])
+    assert len({np.asarray(i).tobytes() for i in indices}) == 4  # independent
+    # Unbatched: (C, 2) samples from the key, the same numbers as the batch's.
+    one = jaxpool.fractional_max_pool2d(x[0], 3, 6, key=keys[0])
+    samples = jax.random.uniform(keys[0], (1, 3, 2))
+    assert_same(
+        one[1], jaxpool.fractional_max_pool2d(x[:1], 3, 6, samples=samples)[1][0]
+    )
+
+
+def test_vmap_over_unbatched_inputs_and_samples_is_the_batched_op():
+    """Unbatched inputs take ``(C, nd)`` samples, so ``vmap`` over a batch of
+    inputs and samples, under ``jit``, is the batched call."""
+    rng = rng_for("vmap-samples")
+    x = make_input(rng, (4, 2, 7, 8, 9), "float32", "ties")
+    samples = rng.random((4, 2, 3)).astype(np.float32)
+
+    def pool(x, samples):
+        return jaxpool.fractional_max_pool3d(x, (2, 3, 2), (3, 4, 5), samples=samples)
+
+    got = jax.jit(jax.vmap(pool))(x, samples)
+    want = pool(x, samples)
+    assert_same(got[0], want[0])
+    assert_same(got[1], want[1])
+
+
+def test_jit_grad_and_second_order():
+    x = make_input(rng_for("jit"), (2, 2, 9, 9, 9), "float32", "random")
+    key = jax.random.key(3)
+
+    def loss(x, key):
+        values, _ = jaxpool.fractional_max_pool3d(x, 2, (4, 5, 3), key=key)
+        return jnp.sum(values**2)
+
+    grad = jax.jit(jax.grad(loss))(x, key)
+    assert_same(grad, jax.grad(loss)(x, key))
+    _, indices = jaxpool.fractional_max_pool3d(x, 2, (4, 5, 3), key=key)
+    indices = np.asarray(indices)
+
+    def at_indices(a):
+        flat = np.take_along_axis(a.reshape(2, 2, -1), indices.reshape(2, 2, -1), -1)
+        return flat.reshape(indices.shape)
+
+    want = reference.scatter_add(2 * at_indices(x), indices, (9, 9, 9))
+    np.testing.assert_allclose(grad, want, rtol=1e-6)
+    # The Hessian-vector product of sum(values**2): the scatter of 2 * v[index].
+    v = rng_for("hvp").standard_normal(x.shape).astype(np.float32)
+    hvp = jax.jvp(lambda x: jax.grad(loss)(x, key), (x,), (jnp.asarray(v),))[1]
+    want = reference.scatter_add(2 * at_indices(v), indices, (9, 9, 9))
+    np.testing.assert_allclose(hvp, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["scatter", "gather"])
+def test_backward_is_differentiable(algorithm):
+    """The backward's VJP in ``grad_output`` is the gather at the indices."""
+    rng = rng_for("backward-vjp", algorithm)
+    x = make_input(rng, (2, 3, 9, 8), "float32", "ties")
+    _, indices = jaxpool.fractional_max_pool2d(x, 2, 4, key=jax.random.key(1))
+    g = cotangent(rng, indices.shape, "float32")
+    backward = partial(
+        jaxpool.fractional_max_pool2d_backward,
+        x=x,
+        indices=indices,
+        algorithm=algorithm,
+    )
+    ct = cotangent(rng, x.shape, "float32")
+    (got,) = jax.vjp(backward, jnp.asarray(g))[1](jnp.asarray(ct))
+    flat = ct.reshape(2, 3, -1)
+    want = np.take_along_axis(flat, np.asarray(indices).reshape(2, 3, -1), -1)
+    assert_same(got, want.reshape(indices.shape))
+
+
+def test_auto_backward_is_the_scatter_on_cpu_and_the_gather_elsewhere():
+    """Lowered for each platform from this CPU machine: the accelerators'
+    program has the deterministic sort-based gather and no scatter."""
+    x = jnp.zeros((2, 3, 9, 10))
+
+    def loss(x):
+        values, _ = jaxpool.fractional_max_pool2d(x, 2, (5, 4), key=jax.random.key(0))
+        return values.sum()
+
+    grad = jax.jit(jax.grad(loss))
+    for platform, scatter in (("cpu", True), ("cuda", False), ("tpu", False)):
+        text = grad.trace(x).lower(lowering_platforms=(platform,)).as_text()
+        assert ("stablehlo.scatter" in text) == scatter, platform
+        assert ("stablehlo.sort" in text) != scatter, platform
+    exported = jax.export.export(grad, platforms=("cpu", "cuda", "tpu"))(x)
+    assert_same(exported.call(x), grad(x))
+
+
+# ------------------------------------------------------------------ errors
+
+X2 = jnp.zeros((2, 3, 8, 9))
+S2 = jnp.zeros((2, 3, 2))
+X3 = jnp.zeros((2, 3, 8, 8, 8))
+S3 = jnp.zeros((2, 3, 3))
+
+# (function, kwargs, exception, pattern after "<function>: ")
+BAD = [
+    (2, dict(kernel_size=2), ValueError, r"exactly one of `output_size` and "),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, output_ratio=0.5),
+        ValueError,
+        r"exactly one of `output_size` and `output_ratio`.*output_size=3, "
+        r"output_ratio=0.5",
+    ),
+    (2, dict(kernel_size=0, output_size=3), ValueError, r"`kernel_size` must be posi"),
+    (2, dict(kernel_size=(2, 2, 2), output_size=3), ValueError, r"`kernel_size`"),
+    (2, dict(kernel_size=2.0, output_size=3), TypeError, r"`kernel_size` must contain"),
+    (2, dict(kernel_size=2, output_size=(3, 3, 3)), ValueError, r"`output_size`"),
+    (2, dict(kernel_size=2, output_size=(8, 8)), ValueError, r".*at most the input"),
+    (3, dict(kernel_size=2, output_size=(2, 7, 2)), ValueError, r".*less than the in"),
+    (
+        2,
+        dict(kernel_size=3, output_size=(7, 3)),
+        ValueError,
+        r"`output_size` \+ `kernel_size` - 1 must be at most the input size per "
+        r"axis, got output_size=\(7, 3\) for kernel_size=\(3, 3\) and input spatial "
+        r"size \(8, 9\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=1.0),
+        ValueError,
+        r"`output_ratio` must lie in \(0, 1\) per axis, got output_ratio=1.0",
+    ),
+    (2, dict(kernel_size=2, output_ratio=(0.5, 0.0)), ValueError, r".*in \(0, 1\)"),
+    (2, dict(kernel_size=2, output_ratio="0.5"), ValueError, r"`output_ratio` must"),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=0.05),
+        ValueError,
+        r".*output size must be >=",
+    ),
+    (
+        2,
+        dict(kernel_size=5, output_ratio=0.9),
+        ValueError,
+        r".*got output_ratio=0.9 \(output size \(7, 8\)\) for kernel_size=\(5, 5\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, implementation="pallas"),
+        ValueError,
+        r"`implementation` must be None or 'xla'",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, algorithm="fast"),
+        ValueError,
+        r"`algorithm` must be one of",
+    ),
+]
+
+
+def _raises(exc, fn, pattern):
+    return pytest.raises(exc, match=re.escape(f"{fn}: ") + pattern)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("nd, kwargs, exc, pattern", BAD)
+def test_bad_arguments(nd, kwargs, exc, pattern, jit):
+    pool = partial(POOL[nd], **kwargs)
+    x, samples = (X2, S2) if nd == 2 else (X3, S3)
+    with _raises(exc, f"fractional_max_pool{nd}d", pattern):
+        (jax.jit(pool) if jit else pool)(x, samples=samples)
+
+
+@pytest.mark.parametrize(
+    "x, samples, key, exc, pattern",
+    [
+        (X2, None, None, ValueError, r"exactly one of `samples` and `key`.*neither"),
+        (X2, S2, jax.random.key(0), ValueError, r"exactly one of `samples`.*both"),
+        (
+            X2,
+            S2.astype(jnp.bfloat16),
+            None,
+            TypeError,
+            r"`samples` must have the dtype of `x` \(float32\), got bfloat16",
+        ),
+        (
+            X2,
+            jnp.zeros((1, 3, 2)),
+            None,
+            ValueError,
+            r"`samples` must have shape \(N, C, 2\) with N >= 2, C=3, for x of shape "
+            r"\(2, 3, 8, 9\), got shape \(1, 3, 2\)",
+        ),
+        (
+            X2,
+            jnp.zeros((2, 3, 3)),
+            None,
+            ValueError,
+            r"`samples`.*got shape \(2, 3, 3\)",
+        ),
+        (X2, jnp.zeros((3, 2)), None, ValueError, r"`samples`.*got shape \(3, 2\)"),
+        (
+            X2[0],
+            jnp.zeros((2, 2)),
+            None,
+            ValueError,
+            r"`samples`.*\(N, C, 2\) with N >= 1 or \(C, 2\), C=3.*got shape \(2, 2\)",
+        ),
+        (X2, None, 3, TypeError, r"`key` must be a JAX PRNG key, got 3"),
+        (X2.astype(jnp.int32), S2, None, TypeError, r"`x` must have a floating"),
+        (X2[0, 0], S2, None, ValueError, r"`x` must have 3 or 4 dimensions"),
+    ],
+)
+def test_bad_samples_and_inputs(x, samples, key, exc, pattern):
+    with _raises(exc, "fractional_max_pool2d", pattern):
+        jaxpool.fractional_max_pool2d(x, 2, 3, samples=samples, key=key)
+
+
+def test_pytorch_sample_forms_are_accepted():
+    """PyTorch's ``N' >= N`` rows (the first used) and, unbatched, ``(1, C,
+    nd)``, besides ``(C, nd)``."""
+    rng = rng_for("forms")
+    x = make_input(rng, (2, 3, 7, 8, 9), "float32", "random")
+    samples = rng.random((4, 3, 3)).astype(np.float32)
+    want = jaxpool.fractional_max_pool3d(x, 2, 3, samples=samples[:2])
+    assert_same(jaxpool.fractional_max_pool3d(x, 2, 3, samples=samples)[1], want[1])
+    one = jaxpool.fractional_max_pool3d(x[1], 2, 3, samples=samples[1:2])
+    assert_same(one[1], want[1][1])
+    assert_same(
+        jaxpool.fractional_max_pool3d(x[1], 2, 3, samples=samples[1])[1], one[1]
+    )
+
+
+def test_bad_backward_arrays():
+    name = "fractional_max_pool3d_backward"
+    x = jnp.zeros((1, 2, 6, 6, 6))
+    g = jnp.zeros((1, 2, 3, 3, 3))
+    with _raises(ValueError, name, r"`grad_output` must have the shape of `x`"):
+        jaxpool.fractional_max_pool3d_backward(g[0], x, g[0].astype(jnp.int32))
+    with _raises(ValueError, name, r"`indices` must have `grad_output`'s shape"):
+        jaxpool.fractional_max_pool3d_backward(g, x, jnp.zeros((1, 2, 3, 3, 2), int))
+    with _raises(TypeError, name, r"`indices` must have an integer dtype"):
+        jaxpool.fractional_max_pool3d_backward(g, x, g)
+    with _raises(ValueError, name, r"`implementation` must be None or 'xla'"):
+        jaxpool.fractional_max_pool3d_backward(
+            g, x, g.astype(jnp.int32), implementation="pallas"
+        )
+
+
+# ------------------------------------------------------------------ layers
+
+
+def test_nnx_layer_draws_from_its_stream_at_every_call():
+    require("flax.nnx")
+    nnx = importlib.import_module("flax.nnx")
+    from jaxpool import nnx as jpnnx
+
+    x = make_input(rng_for("nnx"), (2, 9, 10, 3), "float32", "random")  # N H W C
+    kw = dict(output_ratio=0.5, return_indices=True)
+    layer = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
+    first, second = layer(x), layer(x)
+    assert first[0].shape == (2, 4, 5, 3)
+    assert (np.asarray(first[1]) != np.asarray(second[1])).any()  # new samples
+    again = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
+    assert_same(again(x)[1], first[1])  # the same stream, the same samples
+    flat = np.moveaxis(x, -1, 1).reshape(2, 3, -1)
+    picked = np.take_along_axis(
+        flat, np.moveaxis(np.asarray(first[1]), -1, 1).reshape(2, 3, -1), -1
+    )
+    assert_same(np.moveaxis(np.asarray(first[0]), -1, 1).reshape(2, 3, -1), picked)
+    samples = rng_for("nnx-samples").random((2, 3, 2)).astype(np.float32)
+    want = jaxpool.fractional_max_pool2d(
+        x, 2, output_ratio=0.5, samples=samples, channels_last=True
+    )
+    got = layer(x, samples)
+    assert_same(got[0], want[0])
+    assert_same(got[1], want[1])
+    # Under nnx.jit the stream advances too, and the gradient flows.
+    values = jpnnx.FractionalMaxPool3d((2, 1, 2), (2, 3, 2), rngs=nnx.Rngs(1))
+
+    @nnx.jit
+    def step(layer, x):
+        return nnx.grad(lambda layer, x: jnp.sum(layer(x) ** 2), argnums=1)(layer, x)
+
+    x5 = jnp.asarray(
+        make_input(rng_for("nnx-3d"), (1, 5, 6, 5, 2), "float32", "random")
+    )
+    g1, g2 = step(values, x5), step(values, x5)
+    assert float(jnp.abs(g1).sum()) > 0
+    assert (np.asarray(g1) != np.asarray(g2)).any()
+    with pytest.raises(ValueError, match=r"FractionalMaxPool2d: give `rngs`"):
+        jpnnx.FractionalMaxPool2d(2, 3)(x)
+
+
+def test_linen_layer_draws_from_make_rng():
+    require("flax.linen")
+    from jaxpool import linen as jplinen
+
+    x = make_input(rng_for("linen"), (2, 9, 10, 3), "float32", "random")
+    layer = jplinen.FractionalMaxPool2d(
+        kernel_size=2, output_size=(4, 5), return_indices=True
+    )
+    key = jax.random.key(0)
+    first = jax.jit(layer.apply)({}, x, rngs={"fractional": key})
+    assert_same(layer.apply({}, x, rngs={"fractional": key})[1], first[1])
+    other = layer.apply({}, x, rngs={"fractional": jax.random.key(1)})
+    assert (np.asarray(other[1]) != np.asarray(first[1])).any()
+    samples = rng_for("linen-samples").random((2, 3, 2)).astype(np.float32)
+    want = jaxpool.fractional_max_pool2d(
+        x, 2, (4, 5), samples=samples, channels_last=True
+    )
+    assert_same(layer.apply({}, x, samples)[1], want[1])
+
+
+def test_equinox_layer_takes_a_key_at_call():
+    require("equinox")
+    from jaxpool import eqx as jpeqx
+
+    x = make_input(rng_for("eqx"), (4, 3, 7, 8, 9), "float32", "random")  # N C D H W
+    layer = jpeqx.FractionalMaxPool3d(2, (3, 4, 4), return_indices=True)
+    assert jax.tree_util.tree_leaves(layer) == []  # every argument is static
+    keys = jax.random.split(jax.random.key(0), 4)
+    values, indices = jax.vmap(lambda x, k: layer(x, key=k))(x, keys)
+    for n in range(4):
+        want = jaxpool.fractional_max_pool3d(x[n], 2, (3, 4, 4), key=keys[n])
+        assert_same(values[n], want[0])
+        assert_same(indices[n], want[1])
+    samples = rng_for("eqx-samples").random((3, 3)).astype(np.float32)
+    want = jaxpool.fractional_max_pool3d(x[0], 2, (3, 4, 4), samples=samples)
+    assert_same(layer(x[0], samples)[1], want[1])
+    with pytest.raises(ValueError, match=r"exactly one of `samples` and `key`"):
+        layer(x[0])
