@@ -116,7 +116,36 @@ def _variant(**kw: str) -> dict[str, Any]:
     }
 
 
+def _fractional(nd: int, algorithm: str) -> dict[str, Any]:
+    """Fractional max pooling with fixed samples (its windows), and its
+    backward op."""
+    shape = (1, 2, *(5, 6, 7)[3 - nd :])
+    samples = np.linspace(0.1, 0.9, 2 * nd).reshape(1, 2, nd)
+    pool_fn = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    bwd = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    out = (3,) * nd
+
+    def pool(x):
+        u = jnp.asarray(samples, x.dtype)
+        return pool_fn(x, 2, out, samples=u, algorithm=algorithm)
+
+    def backward_case() -> Case:
+        x = jnp.asarray(distinct(shape, seed=11))
+        indices = pool(x)[1]
+        return Case((1, 2, *out), lambda g: bwd(g, x, indices, algorithm=algorithm))
+
+    return {
+        f"fractional_max_pool{nd}d-{algorithm}": lambda: Case(
+            shape, lambda x: pool(x)[0]
+        ),
+        f"fractional_max_pool{nd}d_backward-{algorithm}": backward_case,
+    }
+
+
 CASES = {
+    **_fractional(2, "scatter"),
+    **_fractional(2, "gather"),
+    **_fractional(3, "auto"),
     **_family(1),
     **_family(2),
     **_family(3),
