@@ -128,16 +128,18 @@ def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
 
 @contextlib.contextmanager
 def platform_forms(which: str):
-    """Every kernel in its ``which`` (``"cpu"`` or ``"default"``, the
-    accelerators') form, whatever the platform: the seam's ``by_platform``
-    emits that form alone. JAX's caches are cleared on entry and exit, so no
+    """Every kernel in its ``which`` (``"cpu"``, ``"tpu"`` or ``"default"``,
+    the other accelerators') form, whatever the platform: the seam's
+    ``by_platform`` emits that form alone (a TPU without a form of its own
+    takes the default). JAX's caches are cleared on entry and exit, so no
     program traced inside is reused outside, nor the other way round."""
     from jaxpool import _platform
 
     original = _platform.by_platform
 
     def by_platform(emit, *args, **forms):
-        return emit(forms[which])(*args)
+        form = forms.get(which)
+        return emit(forms["default"] if form is None else form)(*args)
 
     jax.clear_caches()
     _platform.by_platform = by_platform

@@ -256,7 +256,14 @@ def test_compiles_with_its_promises(target, name):
     strided = not any(f in name for f in ("adaptive", "unpool", "fractional"))
     if case.kind == "forward" and strided:
         assert ops["gather"] == 0, "a gather in the forward of strided windows"
-    if case.deterministic:
+    irregular = name.startswith(("adaptive_max_pool2d", "adaptive_max_pool3d"))
+    if target == "v5e" and irregular and " grad auto" in name:
+        # Windows of two sizes have no dense TPU form: auto runs the scatter,
+        # which a TPU runs one update at a time (the gather's fallback costs
+        # 3.7x its bytes; docs/performance.md). The 1-D case, 16 -> 5, is
+        # regular (width 4, stride 3): the dense form.
+        assert ops["scatter"] == 1, "auto's TPU form for adaptive windows"
+    elif case.deterministic:
         assert ops["scatter"] == 0, "a scatter in a deterministic program"
     if target == "h200":
         if case.deterministic:
@@ -296,3 +303,4 @@ def test_the_checks_see_what_they_look_for():
         "cas_loops": 1,
         "float_atomic_adds": 1,
     }
+

@@ -1,0 +1,389 @@
+"""The TPU forms: the forward as one window reduction, the backward without a
+gather or a scatter.
+
+A TPU has no vector gather and serialises scatters, and XLA compiles each
+strided slice of a tiled minor axis to a relayout. So on a TPU:
+
+- **the forward** (:func:`window_argmax`) is one variadic ``lax.reduce_window``
+  over ``(x, code)``, whose reducer (:func:`_pick`) is the scan's selection as
+  a total order: a NaN beats every number and the later of two NaNs wins; a
+  greater number wins, and of two equal numbers the earlier. ``code`` names
+  each element's position by its coordinates modulo ``2 * span - 1`` per axis
+  (``span``: how far apart two taps of one window lie, plus one), which orders
+  any two elements of one window as their flat positions do (:func:`_before`)
+  in an int8 or int16 array that XLA builds inside the reduction; the padding
+  code loses every tie, so a window of only ``-inf`` keeps its first in-bounds
+  tap. The chosen code and the window's first coordinate give the flat index.
+  Adaptive windows are read from a copy in which each window is ``large``
+  contiguous elements (a short window repeats its last one, which changes no
+  choice), so they too are one disjoint window reduction, coded by tap
+  number. Past 16 bits of codes, the codes are flat positions (int32);
+- **the backward** (:func:`covering_sum`) forms, per tap, the gradients of the
+  windows whose index is that tap's position (an elementwise select on the
+  output grid), shifts it into its stride phase (a pad), and interleaves the
+  phases once (a transpose): the ``"gather"`` backward's sum, in its order,
+  with no gather. Dilated and adaptive windows take ``_backward``'s gather.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _backward
+from ._planes import accumulation_dtype, gather_at
+from ._windows import (
+    INT32_MAX,
+    AxisWindows,
+    PoolSpec,
+    empty_windows,
+    per_window,
+    row_major_strides,
+    split,
+)
+
+
+class _Reading(NamedTuple):
+    """How the window reduction reads one spatial axis, and codes positions."""
+
+    positions: np.ndarray  # the input coordinate of each element it reads
+    window: int
+    stride: int
+    dilation: int
+    pad: tuple[int, int]  # -inf padding (low, high); high may be cut off
+    base: np.ndarray  # (out,) coordinate of each window's tap 0, maybe < 0
+    modulus: int  # the codes along this axis: residues 0 .. modulus - 1
+    circular: bool  # coordinates modulo ``modulus``, else tap numbers
+    last: np.ndarray | None = None  # (out,) each window's last coordinate
+
+    def residues(self) -> np.ndarray:
+        """The code of each element read, along this axis."""
+        if self.circular:
+            return self.positions % self.modulus
+        return np.arange(self.positions.size) % self.window
+
+
+def _codes(
+    r: _Reading, shape: tuple[int, ...], axis: int, flat: bool, sharding: Any
+) -> Any:
+    """Each element's code residue along ``axis`` (``flat``: its coordinate),
+    int32, to broadcast against the source's ``shape``: from an iota where it
+    can, which XLA computes inside the reduction instead of reading an array
+    of codes."""
+    iota = lax.broadcasted_iota(jnp.int32, shape, axis, out_sharding=sharding)
+    first = int(r.positions[0])
+    if not flat:
+        return (iota + first) % r.modulus if r.circular else iota % r.window
+    if np.array_equal(r.positions, first + np.arange(r.positions.size)):
+        return iota + first
+    return per_window(r.positions.astype(np.int32), axis, shape)
+
+
+def _reading(w: AxisWindows) -> _Reading:
+    """The reduction's reading of the windows ``w``.
+
+    Regular windows read the input, coded by coordinates modulo ``2 * span -
+    1`` (``span``: how far apart two taps of one window lie, plus one), which
+    tells the order of any two taps of one window. Adaptive windows read a
+    copy that holds each window's ``large`` elements in turn (a short window
+    repeats its last), disjoint windows coded by tap number."""
+    if w.starts:
+        starts, ends = np.asarray(w.starts), np.asarray(w.ends)
+        large = int((ends - starts).max())
+        taps = np.minimum(starts[:, None] + np.arange(large), ends[:, None] - 1)
+        return _Reading(
+            taps.ravel(), large, large, 1, (0, 0), starts, large, False, ends - 1
+        )
+    first = max(0, w.offset)
+    low = max(0, -w.offset)
+    span = (w.taps - 1) * w.dilation + 1
+    high = max(0, (w.out - 1) * w.stride + span - low - (w.size - first))
+    base = np.arange(w.out) * w.stride + w.offset
+    positions = np.arange(first, w.size)
+    pad = (low, high)
+    return _Reading(
+        positions, w.taps, w.stride, w.dilation, pad, base, 2 * span - 1, True
+    )
+
+
+def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:
+    """``x`` at the static ``positions`` along ``axis``: itself, or a
+    concatenate of its contiguous runs (a gather past 64 runs)."""
+    if np.array_equal(positions, np.arange(x.shape[axis])):
+        return x
+    cuts = np.flatnonzero(np.diff(positions) != 1) + 1
+    runs = np.split(positions, cuts)
+    if len(runs) > 64:
+        return jnp.take(x, positions, axis=axis)
+    parts = [lax.slice_in_dim(x, int(r[0]), int(r[-1]) + 1, axis=axis) for r in runs]
+    return parts[0] if len(parts) == 1 else lax.concatenate(parts, axis)
+
+
+def _code_dtype(readings: list[_Reading]) -> Any:
+    """The smallest integer dtype holding every code and the padding's (-1);
+    ``None`` past 16 bits (the codes are then flat positions)."""
+    count = math.prod(r.modulus for r in readings)
+    if count <= 127:
+        return jnp.int8
+    if count <= 2**15 - 1:
+        return jnp.int16
+    return None
+
+
+def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
+    """Whether code ``c`` names an earlier position than ``d`` in the same
+    window. Flat positions compare as they are; codes compare axis by axis,
+    the first that differs deciding: tap numbers as numbers, and a coordinate
+    residue ``r`` before ``s`` when ``(s - r) mod m`` lies in ``[1, m // 2]``
+    (two taps of one window lie at most ``m // 2`` apart). The padding's code
+    comes last."""
+    if readings is None:
+        return c < d
+    c, d = c.astype(jnp.int32), d.astype(jnp.int32)
+    before, weight = jnp.zeros(c.shape, bool), 1
+    for r in reversed(readings):  # the last axis first: it has weight 1
+        m = r.modulus
+        step = d // weight % m - c // weight % m
+        if r.circular:
+            step = jnp.remainder(step, m)
+            earlier = (step >= 1) & (step <= m // 2)
+        else:
+            earlier = step > 0
+        before = earlier | ((step == 0) & before)
+        weight *= m
+    return jnp.where((c < 0) | (d < 0), d < 0, before)
+
+
+def _pick(readings: list[_Reading] | None) -> Any:
+    """The reducer: of two ``(value, code)`` candidates, the one the scan
+    keeps (see ``_scan._after``)."""
+
+    def pick(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> Any:
+        (v, c), (w, d) = a, b
+        v_nan, w_nan = jnp.isnan(v), jnp.isnan(w)
+        numbers = ~w_nan & ((v > w) | ((v == w) & _before(c, d, readings)))
+        take = jnp.where(v_nan, ~w_nan | _before(d, c, readings), numbers)
+        return jnp.where(take, v, w), jnp.where(take, c, d)
+
+    return pick
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def window_argmax(
+    x: jax.Array, spec: PoolSpec, sharding: Any = None
+) -> tuple[jax.Array, jax.Array]:
+    """Max and flat argmax of every window over the spatial axes of ``x``,
+    as ``_scan.window_argmax`` (the same values and indices, bit for bit),
+    in one variadic window reduction. Its JVP (:func:`_window_argmax_jvp`) is
+    the scan's, so grad of grad works through it.
+
+    Args:
+      x: ``(*B, *S, *T)`` input, ``S`` matching ``spec.axes``' sizes, ``T``
+        the channels of a channels-last array.
+      spec: the pool.
+      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+
+    Returns:
+      ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,
+      indices int32 offsets into the unpadded ``S`` plane.
+    """
+    axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
+    readings = [_reading(w) for w in axes]
+    source = x
+    for a, r in enumerate(readings):
+        source = _read(source, lead + a, r.positions)
+    dtype = _code_dtype(readings)
+    coded = readings if dtype is not None else None
+    strides = row_major_strides(spec.in_size)
+    code = jnp.zeros((), jnp.int32)
+    weight = 1
+    for a in reversed(range(len(axes))):
+        r = readings[a]
+        column = _codes(r, source.shape, lead + a, coded is None, sharding)
+        if coded is None:  # flat positions
+            column = column * strides[a]
+        else:
+            column, weight = column * weight, weight * r.modulus
+        code = code + column
+    dtype = jnp.int32 if dtype is None else dtype
+    code = jnp.broadcast_to(code.astype(dtype), source.shape, out_sharding=sharding)
+    padding_code = -1 if coded is not None else INT32_MAX
+    ones = [1] * x.ndim
+    dims, steps, dilation, pads = list(ones), list(ones), list(ones), [(0, 0)] * x.ndim
+    for a, r in enumerate(readings):
+        dims[lead + a], steps[lead + a] = r.window, r.stride
+        dilation[lead + a], pads[lead + a] = r.dilation, r.pad
+    values, chosen = lax.reduce_window(
+        (source, code),
+        (jnp.array(-jnp.inf, x.dtype), jnp.array(padding_code, dtype)),
+        _pick(coded),
+        dims,
+        steps,
+        pads,
+        window_dilation=dilation,
+    )
+    for a, w in enumerate(axes):  # a cut-off high padding may leave extra windows
+        values = lax.slice_in_dim(values, 0, w.out, axis=lead + a)
+        chosen = lax.slice_in_dim(chosen, 0, w.out, axis=lead + a)
+    index = chosen.astype(jnp.int32)
+    if coded is not None:
+        index, weight = jnp.zeros((), jnp.int32), 1
+        for a in reversed(range(len(axes))):
+            r = readings[a]
+            residue = chosen.astype(jnp.int32) // weight % r.modulus
+            if r.circular:  # base: o * stride + offset, from an iota
+                o = lax.broadcasted_iota(
+                    jnp.int32, values.shape, lead + a, out_sharding=sharding
+                )
+                base = o * r.stride + int(r.base[0])
+                coordinate = base + jnp.remainder(residue - base, r.modulus)
+            else:
+                assert r.last is not None
+                base = per_window(r.base.astype(np.int32), lead + a, values.shape)
+                last = per_window(r.last.astype(np.int32), lead + a, values.shape)
+                coordinate = jnp.minimum(base + residue, last)
+            index, weight = index + coordinate * strides[a], weight * r.modulus
+    hollow = empty_windows(axes, lead, values.shape)
+    if hollow is not None:  # no in-bounds tap: PyTorch's index, value -inf
+        target = jnp.zeros((), jnp.int32)
+        for a, (w, s) in enumerate(zip(axes, strides, strict=True)):
+            first = (w.positions(0) + w.first_tap() * w.dilation) * s
+            target = target + per_window(first.astype(np.int32), lead + a, values.shape)
+        index = jnp.where(hollow, target, index)
+    return values, index
+
+
+@window_argmax.defjvp
+def _window_argmax_jvp(
+    spec: PoolSpec, sharding: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """The scan's JVP: each value's tangent is the input's tangent at the
+    chosen index (0 for a window with no in-bounds tap, whose value is the
+    padding's); the indices have none. (JAX's rule for a variadic window
+    reduction does not take an integer operand's symbolic zero tangent.)"""
+    (x,), (t,) = primals, tangents
+    values, index = window_argmax(x, spec, sharding)
+    lead = split(x.ndim, spec.nd, spec.trail)[0]
+    chosen = gather_at(t, index, spec.nd, spec.trail, 0.0)
+    hollow = empty_windows(spec.axes, lead, values.shape)
+    if hollow is not None:
+        chosen = jnp.where(hollow, jnp.zeros((), chosen.dtype), chosen)
+    return (values, index), (chosen, lax.full_like(index, 0, jax.dtypes.float0))
+
+
+def dense(spec: PoolSpec) -> bool:
+    """Whether :func:`covering_sum` takes the dense form: regular windows
+    whose every in-bounds position is a tap (dilation 1), so that the taps
+    find every index the ``"gather"`` backward counts. (Adaptive windows
+    summed where the forward reads them, ``large`` elements each, then folded
+    back, compiled to more bytes than the gather: their phases interleave
+    along the TPU's tiled minor axes at strides of 8 or 9.)"""
+    return all(not w.starts and (w.dilation == 1 or w.taps == 1) for w in spec.axes)
+
+
+class _Tap(NamedTuple):
+    """Where tap ``j`` of every window along one axis sends its gradient."""
+
+    coords: np.ndarray  # (out,) input coordinate the tap reads
+    real: np.ndarray  # (out,) whether it is in bounds
+    phase: int  # the stride phase it lands in
+    shift: int  # and the shift, in windows, within that phase
+
+
+def _taps(w: AxisWindows) -> tuple[list[_Tap], int, int]:
+    """The taps of the regular windows ``w`` in reversed order (so that each
+    position adds its windows in increasing order), the stride of the phases
+    and the positions per phase."""
+    taps = []
+    for j in range(w.taps - 1, -1, -1):
+        coords, start = w.positions(j), w.offset + j * w.dilation
+        real = (coords >= 0) & (coords < w.size)
+        taps.append(_Tap(coords, real, start % w.stride, start // w.stride))
+    return taps, w.stride, -(-w.size // w.stride)
+
+
+def covering_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any = None,
+) -> jax.Array:
+    """``_backward.covering_sum`` (the same sum, in the same order) without a
+    gather, where :func:`dense` says so.
+
+    Tap ``j`` of output ``o`` along an axis reads coordinate ``o * stride +
+    offset + j = (o + shift) * stride + phase``: every window's gradient that
+    chose that tap lands in stride phase ``phase``, shifted by ``shift``
+    windows (a pad of the output grid). Taps are visited in reversed
+    row-major order, so each input element adds its windows in increasing
+    order, as the covering windows do; the phases are then interleaved once.
+    """
+    if not dense(spec):
+        return _backward.covering_sum(grad_output, indices, x, spec, sharding)
+    axes, nd, trail = spec.axes, spec.nd, spec.trail
+    lead, _ = split(grad_output.ndim, nd, trail)
+    acc = accumulation_dtype(x.dtype)
+    grads = grad_output.astype(acc)
+    indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+    strides = row_major_strides(spec.in_size)
+    plans = [_taps(w) for w in axes]
+    shape = grads.shape
+    zero = jnp.zeros((), acc)
+    phases: dict[tuple[int, ...], jax.Array] = {}
+    for taps in itertools.product(*(plan[0] for plan in plans)):
+        here = jnp.zeros((), indices.dtype)
+        real = None
+        config = [(0, 0, 0)] * grads.ndim
+        for a, (tap, (_, _, rows)) in enumerate(zip(taps, plans, strict=True)):
+            column = np.where(tap.real, tap.coords, 0) * strides[a]
+            here = here + per_window(column, lead + a, shape).astype(indices.dtype)
+            if not tap.real.all():
+                mask = per_window(tap.real, lead + a, shape)
+                real = mask if real is None else real & mask
+            config[lead + a] = (tap.shift, rows - axes[a].out - tap.shift, 0)
+        take = indices == here
+        if real is not None:
+            take = take & real
+        part = lax.pad(jnp.where(take, grads, zero), zero, config)
+        key = tuple(tap.phase for tap in taps)
+        phases[key] = phases[key] + part if key in phases else part
+    merged = _interleave(phases, [plan[1] for plan in plans], lead, acc, sharding)
+    for a, w in enumerate(axes):
+        merged = lax.slice_in_dim(merged, 0, w.size, axis=lead + a)
+    return merged
+
+
+def _interleave(
+    phases: dict[tuple[int, ...], jax.Array],
+    strides: list[int],
+    lead: int,
+    acc: Any,
+    sharding: Any,
+) -> jax.Array:
+    """The stride phases ``(*B, *rows, *T)`` (zeros where absent) interleaved
+    along each spatial axis: stacked phase-major, moved beside their axes,
+    merged; ``(*B, *(rows * stride), *T)``."""
+    like = next(iter(phases.values()))
+    nd = len(strides)
+    zeros = jnp.zeros(like.shape, acc, out_sharding=sharding)
+    keys = itertools.product(*(range(s) for s in strides))
+    stacked = jnp.stack([phases.get(k, zeros) for k in keys])
+    stacked = stacked.reshape(*strides, *like.shape)
+    order = list(range(nd, nd + lead))
+    for a in range(nd):
+        order += [nd + lead + a, a]
+    order += list(range(2 * nd + lead, stacked.ndim))
+    spatial = like.shape[lead : lead + nd]
+    return stacked.transpose(order).reshape(
+        *like.shape[:lead],
+        *(n * s for n, s in zip(spatial, strides, strict=True)),
+        *like.shape[lead + nd :],
+    )

@@ -1,0 +1,85 @@
+"""What the programs lowered for a TPU hold: the TPU's own forms.
+
+``jit(f).trace(*args).lower(lowering_platforms=("tpu",))`` runs on this
+CPU-only machine and emits the TPU branch of the platform seam alone. On a
+TPU the forward is one variadic ``reduce_window`` (no gather, no scatter, no
+loop); the deterministic gather backward holds no scatter (a TPU serialises
+them), and where the windows are regular with dilation 1 (the dense form,
+which ``jax.grad``'s ``auto`` then runs) no gather either. Each check is
+shown to fire on another platform's program, so none passes for nothing.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from test_export import OPS, POOLS, _programs, lowered
+
+DENSE = [  # regular windows, dilation 1: the dense backward, no gather
+    "max_pool1d k3 s2 p1",
+    "max_pool2d k3 s2 p1",
+    "max_pool3d k3 s2 p1",
+    "max_pool3d k2 s2",
+    "max_pool3d k4 s1 p2 (axis passes)",
+]
+POOL_FORWARDS = [name for name in OPS if not name.startswith("max_unpool")]
+
+
+def _holds(text: str, op: str) -> bool:
+    return f'"stablehlo.{op}"' in text or f"stablehlo.{op} " in text
+
+
+@pytest.mark.parametrize("name", POOL_FORWARDS)
+def test_tpu_forward_is_one_window_reduction(name):
+    op = OPS[name]
+    x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
+    text = lowered(op.forward, (x,), "tpu")
+    assert text.count("stablehlo.reduce_window") == 1
+    for absent in ("gather", "scatter", "while"):
+        assert not _holds(text, absent), absent
+
+
+def test_other_forwards_hold_no_window_reduction():
+    """The negative control: the CUDA and CPU forwards scan the taps."""
+    op = OPS["max_pool3d k3 s2 p1"]
+    x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
+    for platform in ("cuda", "cpu"):
+        assert "stablehlo.reduce_window" not in lowered(op.forward, (x,), platform)
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_tpu_gradients_hold_no_scatter(name):
+    """The deterministic gather (in ``jax.grad`` and standalone) holds no
+    scatter, nor does ``jax.grad``'s ``auto`` where the TPU has its dense
+    form; ``algorithm="scatter"`` is the scatter, as asked."""
+    for program, (f, args) in _programs(name).items():
+        text = lowered(f, args, "tpu")
+        if program in ("grad gather", "backward gather"):
+            assert not _holds(text, "scatter"), program
+        elif program == "grad auto" and name in DENSE:
+            assert not _holds(text, "scatter"), program
+        elif program == "grad scatter":
+            assert _holds(text, "scatter"), program
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_tpu_dense_backward_holds_no_gather(name):
+    for program, (f, args) in _programs(name).items():
+        if program.startswith("grad") or program == "backward gather":
+            text = lowered(f, args, "tpu")
+            assert not _holds(text, "gather"), program
+            assert not _holds(text, "while"), program
+
+
+def test_other_gradients_hold_the_forms_the_tpu_leaves_out():
+    """The negative controls: the CUDA gradient with ``algorithm="scatter"``
+    scatters and its gather backward gathers; on a TPU a standalone scatter
+    backward (indices from anywhere) still scatters."""
+    programs = _programs("max_pool3d k3 s2 p1")
+    f, args = programs["grad scatter"]
+    assert _holds(lowered(f, args, "cuda"), "scatter")
+    f, args = programs["backward gather"]
+    assert _holds(lowered(f, args, "cuda"), "gather")
+    f, args = programs["backward scatter"]
+    assert _holds(lowered(f, args, "tpu"), "scatter")
