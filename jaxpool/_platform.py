@@ -178,6 +178,11 @@ def backward(
         return functools.partial(_backward_with, chosen, x=x, spec=spec)
 
     cpu, gpu, tpu = (algorithm(spec, own_indices, p) for p in ("cpu", "gpu", "tpu"))
+    if tpu == TPU and under_mesh(indices):
+        # The dense form's phase interleave is not written for arrays that
+        # carry their sharding (and every branch is traced, on any platform):
+        # the gather, which is, keeps the same sums and order.
+        tpu = "gather"
     return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
 
 
