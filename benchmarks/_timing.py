@@ -200,6 +200,10 @@ def bench_op(
         step = step_of(lambda x: pool(x)[0])
         step_rw = step_of(baseline_pool)
         step_fns["jaxpool"] = lambda: step(x, g)
+        # Every backward "auto" may choose, so that one run settles the choice.
+        for a in ("scatter", "gather"):
+            step_a = step_of(lambda x, a=a: pool(x, algorithm=a)[0])
+            step_fns[f"jaxpool {a}"] = lambda step_a=step_a: step_a(x, g)
         if "pallas" in IMPLEMENTATIONS:
             step_pallas = step_of(lambda x: pool(x, implementation="pallas")[0])
             step_fns["jaxpool pallas"] = lambda: step_pallas(x, g)

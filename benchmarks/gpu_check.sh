@@ -13,7 +13,9 @@
 #                        grids of XLA's accelerator forms, natively there
 #                        (tests/test_accelerator_forms.py)
 #   gpu_max_pool3d.txt   xla vs pallas vs torch CUDA on the large shapes, with %
-#   gpu_max_pool3d.json  of a measured device copy's bandwidth (and the JSON)
+#   gpu_max_pool3d.json  of a measured device copy's bandwidth (and the JSON);
+#                        the train step with auto, the scatter and the gather,
+#                        which settles auto's GPU rule on that jaxlib
 #   gpu_adaptive.txt     the same for the adaptive pools
 #   gpu_adaptive.json
 #   reproducibility.txt  each backward run 20 times: distinct results

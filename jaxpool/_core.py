@@ -1,17 +1,20 @@
 """The differentiable core that every public op calls with its spec.
 
-``pool`` is a ``jax.custom_vjp`` whose residuals are the indices alone and
-whose backward rule calls the backward kernel with the same spec (already
-valid: nothing is re-validated or rebuilt inside the VJP); ``backward`` is that
-kernel for the public backward ops; ``unpool`` is a ``custom_vjp`` whose
-backward is a gather at the indices (PyTorch's). The forward rules call the
-kernels, never a ``custom_vjp`` (one nested in its own forward rule would meet
-an outer ``jvp``), and the backward rules are plain JAX (Pallas's kernel has a
-JVP rule), so forward mode differentiates them: ``jax.hessian`` and
-Hessian-vector products work through every op. Each is jitted with its
-static arguments, so an eager call compiles one program per configuration
-instead of dispatching every op of the scan; inside a user's ``jit`` they are
-inlined. Which kernel form runs on which platform is ``_platform``'s choice.
+``pool`` is a ``jax.custom_vjp`` whose residuals are the indices (and the
+input, where a platform's backward reads it: a TPU's select-and-scatter of
+16-bit inputs; XLA drops whichever the compiled platform's backward does not
+read), and whose backward rule calls the backward kernel with the same spec
+(already valid: nothing is re-validated or rebuilt inside the VJP).
+``backward`` is that kernel for the public backward ops; ``unpool`` is a
+``custom_vjp`` whose backward is a gather at the indices (PyTorch's). The
+forward rules call the kernels, never a ``custom_vjp`` (one nested in its own
+forward rule would meet an outer ``jvp``), and the backward rules are plain JAX
+(Pallas's kernel has a JVP rule), so forward mode differentiates them:
+``jax.hessian`` and Hessian-vector products work through every op. Each is
+jitted with its static arguments, so an eager call compiles one program per
+configuration instead of dispatching every op of the scan; inside a user's
+``jit`` they are inlined. Which kernel form runs on which platform is
+``_platform``'s choice.
 """
 
 from __future__ import annotations
@@ -33,16 +36,19 @@ def _pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     return _platform.forward(x, spec)
 
 
-def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, jax.Array]:
+def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
     values, indices = _platform.forward(x, spec)
-    return (values, indices), indices
+    # The input too where a platform's backward reads it (see the docstring).
+    kept = x if _platform.reads_input(spec, x.dtype) else None
+    return (values, indices), (indices, kept)
 
 
-def _pool_bwd(spec: PoolSpec, indices: jax.Array, cts: Any) -> tuple[jax.Array]:
+def _pool_bwd(spec: PoolSpec, res: Any, cts: Any) -> tuple[jax.Array]:
+    indices, x = res
     grad_output = cts[0]  # the integer indices' cotangent (float0 or int) is unused
     shape = with_spatial(indices.shape, spec.nd, spec.trail, spec.in_size)
-    x = jax.ShapeDtypeStruct(shape, grad_output.dtype)
-    return (_platform.backward(grad_output, indices, x, spec, own_indices=True),)
+    like = jax.ShapeDtypeStruct(shape, grad_output.dtype)
+    return (_platform.backward(grad_output, indices, like, spec, True, x),)
 
 
 _pool.defvjp(_pool_fwd, _pool_bwd)

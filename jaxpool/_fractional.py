@@ -145,8 +145,9 @@ def backward_kernel(
     spec: FractionalSpec,
 ) -> jax.Array:
     """The gradient with respect to ``x`` ``(N, C, *S)``: ``"scatter"``,
-    ``"gather"``, or for ``"auto"`` the scatter on CPU and the deterministic
-    gather on GPU and TPU (whose scatter-add sums in a varying order)."""
+    ``"gather"``, or for ``"auto"`` the scatter on CPU, on GPU the scatter
+    where ``_platform.gpu_scatter`` says its adds are native atomics and no
+    determinism flag is set, and elsewhere the deterministic gather."""
 
     def emit(algorithm: str) -> Any:
         if algorithm == "gather":
@@ -157,8 +158,9 @@ def backward_kernel(
 
     if spec.algorithm != "auto":
         return emit(spec.algorithm)(grad_output, indices)
+    gpu = "scatter" if _platform.gpu_scatter() else "gather"
     return _platform.by_platform(
-        emit, grad_output, indices, cpu="scatter", default="gather"
+        emit, grad_output, indices, cpu="scatter", default=gpu, tpu="gather"
     )
 
 

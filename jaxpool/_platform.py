@@ -26,20 +26,25 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+import jaxlib.version
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from . import _backward, _pallas, _planes, _scan, _tpu
+from . import _backward, _pallas, _planes, _scan, _select, _tpu
 from ._windows import INT32_MAX, Implementation, PoolSpec, split
 
 Form = TypeVar("Form")
 
 # The TPU's forms of the forward and of the deterministic backward (``_tpu``).
 TPU = "tpu"
+# The VJP as XLA's select-and-scatter on the forward's input (``_select``).
+SELECT = "select_and_scatter"
 
 
 def by_platform(
@@ -129,38 +134,94 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     return by_platform(emit, x, cpu=cpu, default=accelerator, tpu=TPU)
 
 
-def algorithm(spec: PoolSpec, own_indices: bool, platform: str) -> str:
+def algorithm(spec: PoolSpec, own_indices: bool, platform: str, dtype: Any) -> str:
     """The backward that runs on ``platform`` (``"cpu"``, ``"gpu"`` or
-    ``"tpu"``): ``"scatter"``, ``"gather"``, or :data:`TPU`, the gather in the
-    TPU's dense form (``_tpu.covering_sum``: no gather, no scatter). The
-    spec's algorithm, or for ``"auto"``:
+    ``"tpu"``) for inputs of ``dtype``: ``"scatter"``, ``"gather"``,
+    :data:`TPU` (the gather in the TPU's dense form, ``_tpu.covering_sum``: no
+    gather, no scatter) or :data:`SELECT` (XLA's select-and-scatter on keys
+    of the input, ``_select``). The spec's algorithm, or for ``"auto"``:
 
     - ``"scatter"`` where the indices may come from anywhere (not
       ``own_indices``): only the scatter honours an index outside its window;
-    - ``"gather"`` where windows are disjoint (an elementwise select: each
+    - where the backward is Pallas's, its gather;
+    - on a TPU, :data:`SELECT` for 16-bit inputs wherever it runs the pool
+      exactly (regular windows, dilation 1: ``jax.grad`` through
+      ``lax.reduce_window``'s program); elsewhere the dense gather where it
+      applies, else the scatter (which a TPU runs one update at a time;
+      adaptive windows: 3.7x fewer bytes than the gather);
+    - where windows are disjoint, the gather (an elementwise select: each
       input element receives at most one gradient, so the scatter's bits
-      without a scatter), or where the backward is Pallas's;
-    - where windows overlap: the scatter on CPU; the deterministic gather on
-      GPU (XLA's scatter-add sums in a varying order, and jaxlib 0.10.2-0.11.0
-      compile its float adds to a compare-and-swap loop) and on TPU where its
-      dense form applies; elsewhere on TPU the scatter, which a TPU runs one
-      update at a time (adaptive windows: 3.7x fewer bytes than the gather).
+      without a scatter);
+    - where windows overlap, the scatter on CPU; on GPU the scatter where the
+      installed jaxlib compiles its float adds to native atomics and XLA's
+      determinism flags are off (:func:`gpu_scatter`), else the
+      deterministic gather.
 
     The performance docs give the compiled programs that chose each.
     """
+    xla = implementation(spec, "backward") == "xla"
+    dense = platform == "tpu" and _tpu.dense(spec) and xla
     if spec.algorithm == "scatter" or (spec.algorithm == "auto" and not own_indices):
         return "scatter"
-    dense = platform == "tpu" and _tpu.dense(spec)
-    if spec.algorithm == "auto":
-        disjoint = all(w.disjoint for w in spec.axes)
-        pallas = implementation(spec, "backward") == "pallas"
-        if not (disjoint or pallas) and (
-            platform == "cpu" or (platform == "tpu" and not dense)
-        ):
-            return "scatter"
-    if dense and implementation(spec, "backward") == "xla":
-        return TPU
-    return "gather"
+    if spec.algorithm == "gather" or not xla:
+        return TPU if dense else "gather"
+    if platform == "tpu":
+        if _select.applies(spec, dtype):
+            return SELECT
+        return TPU if dense else "scatter"
+    if all(w.disjoint for w in spec.axes):
+        return "gather"
+    return "scatter" if platform == "cpu" or gpu_scatter() else "gather"
+
+
+# The jaxlib from which XLA compiles a GPU float scatter-add to a native
+# atomic add instead of a compare-and-swap loop (LLVM's NVPTX back end allows
+# flush-to-zero float atomics by default from there; jax-ml/jax#38806).
+NATIVE_ATOMICS_FROM = (0, 11, 1)
+# XLA's switches that make a GPU program deterministic: under either, XLA
+# rewrites every scatter into a sort-based one (or refuses it).
+DETERMINISM_FLAGS = (
+    "xla_gpu_deterministic_ops",
+    "xla_gpu_exclude_nondeterministic_ops",
+)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``(major, minor, patch)`` of a version string such as ``0.11.1.dev2``."""
+    parts = version.split(".")[:3]
+    return tuple(int(re.sub(r"\D.*", "", part) or 0) for part in parts)
+
+
+JAXLIB = _release(jaxlib.version.__version__)
+
+
+def xla_flags() -> dict[str, str]:
+    """``XLA_FLAGS`` as ``{name: value}`` (``"true"`` for a bare ``--name``;
+    the last occurrence wins), read when a program is traced."""
+    flags = {}
+    for token in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = token.lstrip("-").partition("=")
+        flags[name] = value or "true"
+    return flags
+
+
+def gpu_scatter() -> bool:
+    """Whether ``"auto"`` runs the scatter on a GPU: its float adds compile to
+    native atomics (jaxlib from :data:`NATIVE_ATOMICS_FROM`, or LLVM's
+    ``-nvptx-allow-ftz-atomics`` given in ``XLA_FLAGS``) and none of
+    :data:`DETERMINISM_FLAGS` is set."""
+    flags = xla_flags()
+    if any(flags.get(f, "false").lower() in ("true", "1") for f in DETERMINISM_FLAGS):
+        return False
+    extra = flags.get("xla_backend_extra_options", "")
+    ftz = any(o.lstrip("-") == "nvptx-allow-ftz-atomics" for o in extra.split(","))
+    return JAXLIB >= NATIVE_ATOMICS_FROM or ftz
+
+
+def reads_input(spec: PoolSpec, dtype: Any) -> bool:
+    """Whether the VJP's backward reads the forward's input on some platform
+    (:data:`SELECT`), so that the VJP must keep it."""
+    return algorithm(spec, True, "tpu", dtype) == SELECT
 
 
 def backward(
@@ -169,15 +230,24 @@ def backward(
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     own_indices: bool = False,
+    operand: jax.Array | None = None,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
-    the forward's, as in its VJP), in each platform's form."""
+    the forward's, as in its VJP, which gives the forward's input as
+    ``operand`` where :func:`reads_input`), in each platform's form."""
 
     def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        if chosen == SELECT:
+            assert operand is not None
+            sharding = plane_sharding(operand, spec.nd, spec.trail, spec.nd)
+            return lambda g, i: _select.select_and_scatter(
+                g, i, operand, spec, sharding
+            )
         return functools.partial(_backward_with, chosen, x=x, spec=spec)
 
-    cpu, gpu, tpu = (algorithm(spec, own_indices, p) for p in ("cpu", "gpu", "tpu"))
+    platforms = ("cpu", "gpu", "tpu")
+    cpu, gpu, tpu = (algorithm(spec, own_indices, p, x.dtype) for p in platforms)
     if tpu == TPU and under_mesh(indices):
         # The dense form's phase interleave is not written for arrays that
         # carry their sharding (and every branch is traced, on any platform):

@@ -50,7 +50,7 @@ from ._windows import (
 )
 
 
-class _Reading(NamedTuple):
+class Reading(NamedTuple):
     """How the window reduction reads one spatial axis, and codes positions."""
 
     positions: np.ndarray  # the input coordinate of each element it reads
@@ -67,11 +67,11 @@ class _Reading(NamedTuple):
         """The code of each element read, along this axis."""
         if self.circular:
             return self.positions % self.modulus
-        return np.arange(self.positions.size) % self.window
+        return (np.arange(self.positions.size) + self.pad[0]) % self.window
 
 
-def _codes(
-    r: _Reading, shape: tuple[int, ...], axis: int, flat: bool, sharding: Any
+def codes(
+    r: Reading, shape: tuple[int, ...], axis: int, flat: bool, sharding: Any
 ) -> Any:
     """Each element's code residue along ``axis`` (``flat``: its coordinate),
     int32, to broadcast against the source's ``shape``: from an iota where it
@@ -80,25 +80,29 @@ def _codes(
     iota = lax.broadcasted_iota(jnp.int32, shape, axis, out_sharding=sharding)
     first = int(r.positions[0])
     if not flat:
-        return (iota + first) % r.modulus if r.circular else iota % r.window
+        return (
+            (iota + first) % r.modulus if r.circular else (iota + r.pad[0]) % r.window
+        )
     if np.array_equal(r.positions, first + np.arange(r.positions.size)):
         return iota + first
     return per_window(r.positions.astype(np.int32), axis, shape)
 
 
-def _reading(w: AxisWindows) -> _Reading:
+def reading(w: AxisWindows) -> Reading:
     """The reduction's reading of the windows ``w``.
 
     Regular windows read the input, coded by coordinates modulo ``2 * span -
     1`` (``span``: how far apart two taps of one window lie, plus one), which
-    tells the order of any two taps of one window. Adaptive windows read a
-    copy that holds each window's ``large`` elements in turn (a short window
-    repeats its last), disjoint windows coded by tap number."""
+    tells the order of any two taps of one window; windows that tile the axis
+    (stride = kernel, dilation 1) by tap number, fewer codes (k2 s2 in 3-D:
+    8, int4). Adaptive windows read a copy that holds each window's ``large``
+    elements in turn (a short window repeats its last), disjoint windows coded
+    by tap number."""
     if w.starts:
         starts, ends = np.asarray(w.starts), np.asarray(w.ends)
         large = int((ends - starts).max())
         taps = np.minimum(starts[:, None] + np.arange(large), ends[:, None] - 1)
-        return _Reading(
+        return Reading(
             taps.ravel(), large, large, 1, (0, 0), starts, large, False, ends - 1
         )
     first = max(0, w.offset)
@@ -108,7 +112,10 @@ def _reading(w: AxisWindows) -> _Reading:
     base = np.arange(w.out) * w.stride + w.offset
     positions = np.arange(first, w.size)
     pad = (low, high)
-    return _Reading(
+    if span == w.taps == w.stride and first == 0:  # windows that tile the axis
+        last = base + w.taps - 1
+        return Reading(positions, w.taps, w.stride, 1, pad, base, w.taps, False, last)
+    return Reading(
         positions, w.taps, w.stride, w.dilation, pad, base, 2 * span - 1, True
     )
 
@@ -126,10 +133,12 @@ def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:
     return parts[0] if len(parts) == 1 else lax.concatenate(parts, axis)
 
 
-def _code_dtype(readings: list[_Reading]) -> Any:
+def _code_dtype(readings: list[Reading]) -> Any:
     """The smallest integer dtype holding every code and the padding's (-1);
     ``None`` past 16 bits (the codes are then flat positions)."""
     count = math.prod(r.modulus for r in readings)
+    if count <= 8:  # tiling windows of 8 taps or fewer: k2 s2 in 3-D
+        return jnp.int4
     if count <= 127:
         return jnp.int8
     if count <= 2**15 - 1:
@@ -137,7 +146,7 @@ def _code_dtype(readings: list[_Reading]) -> Any:
     return None
 
 
-def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
+def before(c: jax.Array, d: jax.Array, readings: list[Reading] | None) -> Any:
     """Whether code ``c`` names an earlier position than ``d`` in the same
     window. Flat positions compare as they are; codes compare axis by axis,
     the first that differs deciding: tap numbers as numbers, and a coordinate
@@ -161,15 +170,15 @@ def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
     return jnp.where((c < 0) | (d < 0), d < 0, before)
 
 
-def _pick(readings: list[_Reading] | None) -> Any:
+def _pick(readings: list[Reading] | None) -> Any:
     """The reducer: of two ``(value, code)`` candidates, the one the scan
     keeps (see ``_scan._after``)."""
 
     def pick(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> Any:
         (v, c), (w, d) = a, b
         v_nan, w_nan = jnp.isnan(v), jnp.isnan(w)
-        numbers = ~w_nan & ((v > w) | ((v == w) & _before(c, d, readings)))
-        take = jnp.where(v_nan, ~w_nan | _before(d, c, readings), numbers)
+        numbers = ~w_nan & ((v > w) | ((v == w) & before(c, d, readings)))
+        take = jnp.where(v_nan, ~w_nan | before(d, c, readings), numbers)
         return jnp.where(take, v, w), jnp.where(take, c, d)
 
     return pick
@@ -195,7 +204,7 @@ def window_argmax(
       indices int32 offsets into the unpadded ``S`` plane.
     """
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
-    readings = [_reading(w) for w in axes]
+    readings = [reading(w) for w in axes]
     source = x
     for a, r in enumerate(readings):
         source = _read(source, lead + a, r.positions)
@@ -206,7 +215,7 @@ def window_argmax(
     weight = 1
     for a in reversed(range(len(axes))):
         r = readings[a]
-        column = _codes(r, source.shape, lead + a, coded is None, sharding)
+        column = codes(r, source.shape, lead + a, coded is None, sharding)
         if coded is None:  # flat positions
             column = column * strides[a]
         else:

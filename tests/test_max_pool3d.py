@@ -311,6 +311,6 @@ def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
     )
     (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
     spec = pool_spec("t", 3, x.shape, PoolArgs(2))
-    (grad,) = _pool.bwd(spec, indices, (jnp.ones_like(values), ct))
+    (grad,) = _pool.bwd(spec, (indices, None), (jnp.ones_like(values), ct))
     assert_same(grad, want)
     assert float(grad.sum()) == values.size

@@ -45,6 +45,8 @@ from test_accelerator_forms import (  # noqa: E402, F401
 # window (int8, int16), or flat int32 positions past 16 bits; each width must
 # choose as the scan does.
 CODE_WIDTHS = {
+    "int4 (k2 s2: 2**3 tap codes)": ((1, 2, 7, 8, 9), (2, 2, 0)),
+    "int4 (k2 s2 p1: 2**3 tap codes, padded)": ((1, 2, 7, 8, 9), (2, 2, 1)),
     "int8 (k3: 5**3 codes)": ((1, 2, 7, 8, 9), (3, 2, 1)),
     "int16 (k4: 7**3 codes)": ((1, 2, 9, 8, 9), (4, 2, 2)),
     "flat int32 (k17: 33**3 codes)": ((1, 2, 17, 18, 19), (17, 4, 8)),
@@ -64,12 +66,13 @@ def test_every_code_width_chooses_as_the_scan(name, kind):
 
 
 def test_code_widths_are_the_ones_named():
-    """The cases above reach each width: int8, int16, flat int32 (``None``)."""
+    """The cases above reach each width: int4 (windows that tile the axis),
+    int8, int16, flat int32 (``None``)."""
     widths = []
-    for k in (3, 4, 17):
-        readings = [_tpu._reading(AxisWindows(19, 4, k, 4, -(k // 2)))] * 3
+    for k, s in ((2, 2), (3, 2), (4, 2), (17, 4)):
+        readings = [_tpu.reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
         widths.append(_tpu._code_dtype(readings))
-    assert widths == [jnp.int8, jnp.int16, None]
+    assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
 
 
 def test_backward_order_is_the_gathers():
