@@ -39,7 +39,7 @@ def _pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
 def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
     values, indices = _platform.forward(x, spec)
     # The input too where a platform's backward reads it (see the docstring).
-    kept = x if _platform.reads_input(spec, x.dtype) else None
+    kept = x if _platform.reads_input(spec, x) else None
     return (values, indices), (indices, kept)
 
 

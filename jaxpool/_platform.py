@@ -218,10 +218,11 @@ def gpu_scatter() -> bool:
     return JAXLIB >= NATIVE_ATOMICS_FROM or ftz
 
 
-def reads_input(spec: PoolSpec, dtype: Any) -> bool:
-    """Whether the VJP's backward reads the forward's input on some platform
-    (:data:`SELECT`), so that the VJP must keep it."""
-    return algorithm(spec, True, "tpu", dtype) == SELECT
+def reads_input(spec: PoolSpec, x: jax.Array) -> bool:
+    """Whether the VJP's backward reads the forward's input ``x`` on some
+    platform (:data:`SELECT`, not under a mesh: see :func:`backward`), so
+    that the VJP must keep it."""
+    return algorithm(spec, True, "tpu", x.dtype) == SELECT and not under_mesh(x)
 
 
 def backward(
@@ -248,10 +249,12 @@ def backward(
 
     platforms = ("cpu", "gpu", "tpu")
     cpu, gpu, tpu = (algorithm(spec, own_indices, p, x.dtype) for p in platforms)
-    if tpu == TPU and under_mesh(indices):
+    if tpu in (TPU, SELECT) and under_mesh(indices):
         # The dense form's phase interleave is not written for arrays that
-        # carry their sharding (and every branch is traced, on any platform):
-        # the gather, which is, keeps the same sums and order.
+        # carry their sharding (and every branch is traced, on any platform),
+        # and XLA's partitioner gathers the select-and-scatter we bind whole
+        # onto every device (its own, jax.grad through reduce_window, it
+        # keeps local): the gather, local to each plane, keeps the same sums.
         tpu = "gather"
     return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
 

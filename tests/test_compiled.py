@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -503,3 +504,44 @@ def test_jaxlib_version_is_read():
     assert _platform._release(jaxlib.version.__version__) == _platform.JAXLIB
     assert _platform._release("0.11.1.dev20261101") == (0, 11, 1)
     assert _platform._release("0.12.0rc1") == (0, 12, 0)
+
+
+def test_tpu_step_under_a_mesh_moves_no_arrays():
+    """A bfloat16 train step sharded over (N, C) on a v5e 2x2, with Explicit
+    and Auto axes: no collective in the compiled program (under a mesh the
+    TPU's backward is the gather, local to each plane). The control: the
+    select-and-scatter, bound as ``_select`` binds it, is gathered whole onto
+    every device by XLA's partitioner."""
+    _target("v5e")
+    from jax.experimental import topologies
+    from jax.sharding import AxisType, Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxpool import _select
+    from jaxpool._windows import AxisWindows, PoolSpec
+
+    devices = topologies.get_topology_desc("v5e:2x2", "tpu").devices
+    collective = re.compile(
+        r"\s(all-gather|all-to-all|collective-permute|reduce-scatter|all-reduce)"
+        r"(?:-start)?\("
+    )
+
+    def loss(x, w):
+        values = jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)[0]
+        return jnp.sum(w * values.astype(jnp.float32))
+
+    spec = PoolSpec((AxisWindows(8, 4, 3, 2, -1),) * 3, False, "auto")
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = Mesh(np.array(devices).reshape(2, 2), ("n", "c"), axis_types=(kind,) * 2)
+        planes = NamedSharding(mesh, P("n", "c"))
+        x = jax.ShapeDtypeStruct((4, 4, 8, 8, 8), jnp.bfloat16, sharding=planes)
+        w = jax.ShapeDtypeStruct((4, 4, 4, 4, 4), jnp.float32, sharding=planes)
+
+        def control(x, w):
+            return _select.select_and_scatter(w, w.astype(jnp.int32), x, spec)
+
+        with jax.set_mesh(mesh):
+            step = jax.jit(jax.grad(loss)).trace(x, w).lower().compile().as_text()
+            bound = jax.jit(control).trace(x, w).lower().compile().as_text()
+        assert collective.findall(step) == [], kind
+        assert collective.findall(bound), kind
