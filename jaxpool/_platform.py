@@ -239,12 +239,9 @@ def backward(
     ``operand`` where :func:`reads_input`), in each platform's form."""
 
     def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-        if chosen == SELECT:
+        if chosen == SELECT:  # never under a mesh (below)
             assert operand is not None
-            sharding = plane_sharding(operand, spec.nd, spec.trail, spec.nd)
-            return lambda g, i: _select.select_and_scatter(
-                g, i, operand, spec, sharding
-            )
+            return lambda g, i: _select.select_and_scatter(g, i, operand, spec)
         return functools.partial(_backward_with, chosen, x=x, spec=spec)
 
     platforms = ("cpu", "gpu", "tpu")

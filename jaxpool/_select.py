@@ -95,14 +95,13 @@ def window(spec: PoolSpec, ndim: int) -> Window:
     return Window(tuple(dims), tuple(strides), tuple(padding))
 
 
-def key(x: jax.Array, spec: PoolSpec, sharding: Any = None) -> jax.Array:
+def key(x: jax.Array, spec: PoolSpec) -> jax.Array:
     """Each element's key, float32: the bits ``BASE + (order << B) + code``
     (``B``: the code's bits), ``order`` the value's rank among 16-bit values
     (every NaN :data:`NAN_ORDER`; whatever compares equal to zero, ``-0`` and,
     where the platform flushes them as XLA:CPU does, subnormals, as ``+0``:
     the forward's comparisons), ``code`` its coordinates' low bits, the first
-    axis's highest (``sharding``: of the coordinates' iotas, see
-    ``_platform.plane_sharding``)."""
+    axis's highest."""
     zero = jnp.zeros((), x.dtype)
     bits = lax.bitcast_convert_type(jnp.where(x == 0, zero, x), jnp.uint16)
     bits = bits.astype(jnp.int32)
@@ -111,7 +110,7 @@ def key(x: jax.Array, spec: PoolSpec, sharding: Any = None) -> jax.Array:
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     code = jnp.zeros((), jnp.int32)
     for a, b in enumerate(digits(spec.axes)):
-        at = lax.broadcasted_iota(jnp.int32, x.shape, lead + a, out_sharding=sharding)
+        at = lax.broadcasted_iota(jnp.int32, x.shape, lead + a)
         code = (code << b) | (at & ((1 << b) - 1))
     word = BASE + (order << sum(digits(spec.axes))) + code
     return lax.bitcast_convert_type(word, jnp.float32)
@@ -196,13 +195,9 @@ def _batched(win: Window, axes: tuple[AxisWindows, ...]) -> Any:
     return op
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def select_and_scatter(
-    grad_output: jax.Array,
-    indices: jax.Array,
-    x: jax.Array,
-    spec: PoolSpec,
-    sharding: Any = None,
+    grad_output: jax.Array, indices: jax.Array, x: jax.Array, spec: PoolSpec
 ) -> jax.Array:
     """The pool's VJP as XLA's select-and-scatter (see the module docstring).
 
@@ -211,30 +206,27 @@ def select_and_scatter(
       indices: the forward's ``(*B, *O, *T)`` indices: read only by the
         tangent (grad of grad), so a first-order program drops them.
       x: the forward's ``(*B, *S, *T)`` input, 16-bit.
-      spec: the pool; :func:`applies` must hold.
-      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+      spec: the pool; :func:`applies` must hold (and no mesh: see
+        ``_platform.backward``).
 
     Returns:
       ``(*B, *S, *T)`` in ``x.dtype``.
     """
     del indices
     op = _batched(window(spec, x.ndim), spec.axes)
-    keys = key(x, spec, sharding)
+    keys = key(x, spec)
     return op(grad_output.astype(jnp.float32), keys).astype(x.dtype)
 
 
 @select_and_scatter.defjvp
 def _select_and_scatter_jvp(
-    spec: PoolSpec,
-    sharding: Any,
-    primals: tuple[Any, ...],
-    tangents: tuple[Any, ...],
+    spec: PoolSpec, primals: tuple[Any, ...], tangents: tuple[Any, ...]
 ) -> tuple[jax.Array, jax.Array]:
     """Linear in ``grad_output``; the selection, a step function of ``x``,
     has no tangent. The tangent is the same sum at the indices (a scatter,
     which JAX transposes)."""
     grad_output, indices, x = primals
-    out = select_and_scatter(grad_output, indices, x, spec, sharding)
+    out = select_and_scatter(grad_output, indices, x, spec)
     like = jax.ShapeDtypeStruct(x.shape, x.dtype)
     tangent = scatter(
         tangents[0],
