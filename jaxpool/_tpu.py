@@ -50,7 +50,7 @@ from ._windows import (
 )
 
 
-class Reading(NamedTuple):
+class _Reading(NamedTuple):
     """How the window reduction reads one spatial axis, and codes positions."""
 
     positions: np.ndarray  # the input coordinate of each element it reads
@@ -70,8 +70,8 @@ class Reading(NamedTuple):
         return (np.arange(self.positions.size) + self.pad[0]) % self.window
 
 
-def codes(
-    r: Reading, shape: tuple[int, ...], axis: int, flat: bool, sharding: Any
+def _codes(
+    r: _Reading, shape: tuple[int, ...], axis: int, flat: bool, sharding: Any
 ) -> Any:
     """Each element's code residue along ``axis`` (``flat``: its coordinate),
     int32, to broadcast against the source's ``shape``: from an iota where it
@@ -88,7 +88,7 @@ def codes(
     return per_window(r.positions.astype(np.int32), axis, shape)
 
 
-def reading(w: AxisWindows) -> Reading:
+def _reading(w: AxisWindows) -> _Reading:
     """The reduction's reading of the windows ``w``.
 
     Regular windows read the input, coded by coordinates modulo ``2 * span -
@@ -102,7 +102,7 @@ def reading(w: AxisWindows) -> Reading:
         starts, ends = np.asarray(w.starts), np.asarray(w.ends)
         large = int((ends - starts).max())
         taps = np.minimum(starts[:, None] + np.arange(large), ends[:, None] - 1)
-        return Reading(
+        return _Reading(
             taps.ravel(), large, large, 1, (0, 0), starts, large, False, ends - 1
         )
     first = max(0, w.offset)
@@ -114,8 +114,8 @@ def reading(w: AxisWindows) -> Reading:
     pad = (low, high)
     if span == w.taps == w.stride and first == 0:  # windows that tile the axis
         last = base + w.taps - 1
-        return Reading(positions, w.taps, w.stride, 1, pad, base, w.taps, False, last)
-    return Reading(
+        return _Reading(positions, w.taps, w.stride, 1, pad, base, w.taps, False, last)
+    return _Reading(
         positions, w.taps, w.stride, w.dilation, pad, base, 2 * span - 1, True
     )
 
@@ -133,7 +133,7 @@ def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:
     return parts[0] if len(parts) == 1 else lax.concatenate(parts, axis)
 
 
-def _code_dtype(readings: list[Reading]) -> Any:
+def _code_dtype(readings: list[_Reading]) -> Any:
     """The smallest integer dtype holding every code and the padding's (-1);
     ``None`` past 16 bits (the codes are then flat positions)."""
     count = math.prod(r.modulus for r in readings)
@@ -146,7 +146,7 @@ def _code_dtype(readings: list[Reading]) -> Any:
     return None
 
 
-def before(c: jax.Array, d: jax.Array, readings: list[Reading] | None) -> Any:
+def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
     """Whether code ``c`` names an earlier position than ``d`` in the same
     window. Flat positions compare as they are; codes compare axis by axis,
     the first that differs deciding: tap numbers as numbers, and a coordinate
@@ -170,15 +170,15 @@ def before(c: jax.Array, d: jax.Array, readings: list[Reading] | None) -> Any:
     return jnp.where((c < 0) | (d < 0), d < 0, before)
 
 
-def _pick(readings: list[Reading] | None) -> Any:
+def _pick(readings: list[_Reading] | None) -> Any:
     """The reducer: of two ``(value, code)`` candidates, the one the scan
     keeps (see ``_scan._after``)."""
 
     def pick(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> Any:
         (v, c), (w, d) = a, b
         v_nan, w_nan = jnp.isnan(v), jnp.isnan(w)
-        numbers = ~w_nan & ((v > w) | ((v == w) & before(c, d, readings)))
-        take = jnp.where(v_nan, ~w_nan | before(d, c, readings), numbers)
+        numbers = ~w_nan & ((v > w) | ((v == w) & _before(c, d, readings)))
+        take = jnp.where(v_nan, ~w_nan | _before(d, c, readings), numbers)
         return jnp.where(take, v, w), jnp.where(take, c, d)
 
     return pick
@@ -204,7 +204,7 @@ def window_argmax(
       indices int32 offsets into the unpadded ``S`` plane.
     """
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
-    readings = [reading(w) for w in axes]
+    readings = [_reading(w) for w in axes]
     source = x
     for a, r in enumerate(readings):
         source = _read(source, lead + a, r.positions)
@@ -215,7 +215,7 @@ def window_argmax(
     weight = 1
     for a in reversed(range(len(axes))):
         r = readings[a]
-        column = codes(r, source.shape, lead + a, coded is None, sharding)
+        column = _codes(r, source.shape, lead + a, coded is None, sharding)
         if coded is None:  # flat positions
             column = column * strides[a]
         else:

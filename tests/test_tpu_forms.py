@@ -70,7 +70,7 @@ def test_code_widths_are_the_ones_named():
     int8, int16, flat int32 (``None``)."""
     widths = []
     for k, s in ((2, 2), (3, 2), (4, 2), (17, 4)):
-        readings = [_tpu.reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
+        readings = [_tpu._reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
         widths.append(_tpu._code_dtype(readings))
     assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
 
