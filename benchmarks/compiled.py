@@ -352,6 +352,36 @@ def adaptive_programs(
     ]
 
 
+def fractional_programs(
+    label: str, shape: tuple[int, ...], kernel: int, output_size: tuple[int, ...]
+) -> list[Program]:
+    """The forward and the train steps of one fractional pool, its samples an
+    argument (no reference: ``reduce_window`` has no fractional windows)."""
+    nd = len(shape) - 2
+    pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    samples = (*shape[:2], nd)
+
+    def forward(target: str) -> Any:
+        fn = lambda x, u: pool(x, kernel, output_size, samples=u)  # noqa: E731
+        return fn, [on(target, shape), on(target, samples)]
+
+    def step(algorithm: str) -> Callable[[str], Any]:
+        def build(target: str) -> Any:
+            def loss(x: jax.Array, w: jax.Array, u: jax.Array) -> jax.Array:
+                pooled = pool(x, kernel, output_size, samples=u, algorithm=algorithm)
+                return jnp.sum(w * pooled[0])
+
+            out = (*shape[:2], *output_size)
+            args = [on(target, shape), on(target, out), on(target, samples)]
+            return jax.grad(loss), args
+
+        return build
+
+    return [Program(f"{label} forward", forward)] + [
+        Program(f"{label} step {a}", step(a)) for a in ("auto", "scatter", "gather")
+    ]
+
+
 def benchmark_programs(quick: bool = False) -> list[Program]:
     """The benchmark shapes (float32, channels first unless named), plus
     bfloat16 and channels-last rows; ``quick``: the same programs on tiny
@@ -386,6 +416,12 @@ def benchmark_programs(quick: bool = False) -> list[Program]:
             pallas=False,
         ),
         *adaptive_programs("128x64x97x131 → 13x17", (128, 64, 97, 131), (13, 17)),
+        *fractional_programs(
+            "fractional 32x64x112² k2 → 79²", (32, 64, 112, 112), 2, (79, 79)
+        ),
+        *fractional_programs(
+            "fractional 8x32x64³ k2 → 45³", (8, 32, 64, 64, 64), 2, (45, 45, 45)
+        ),
     ]
 
 

@@ -5,10 +5,13 @@ input, where a platform's backward reads it: a TPU's select-and-scatter of
 16-bit inputs; XLA drops whichever the compiled platform's backward does not
 read), and whose backward rule calls the backward kernel with the same spec
 (already valid: nothing is re-validated or rebuilt inside the VJP).
-``backward`` is that kernel for the public backward ops; ``unpool`` is a
-``custom_vjp`` whose backward is a gather at the indices (PyTorch's). The
-forward rules call the kernels, never a ``custom_vjp`` (one nested in its own
-forward rule would meet an outer ``jvp``), and the backward rules are plain JAX
+``backward`` is that kernel for the public backward ops. ``fractional_pool``
+is the same ``custom_vjp`` for the fractional pools: their window starts
+(arrays, computed from the samples under ``jit``) are a non-differentiable
+input, the residuals are the indices alone. ``unpool`` is a ``custom_vjp``
+whose backward is a gather at the indices (PyTorch's). The forward rules call
+the kernels, never a ``custom_vjp`` (one nested in its own forward rule would
+meet an outer ``jvp``), and the backward rules are plain JAX
 (Pallas's kernel has a JVP rule), so forward mode differentiates them:
 ``jax.hessian`` and Hessian-vector products work through every op. Each is
 jitted with its static arguments, so an eager call compiles one program per
@@ -25,10 +28,10 @@ from typing import Any
 
 import jax
 
-from . import _platform
+from . import _fractional, _platform
+from ._checks import check_indices as _check_indices
 from ._planes import gather_at
-from ._spec import check_indices as _check_indices
-from ._windows import PoolSpec, split, with_spatial
+from ._windows import FractionalSpec, PoolSpec, split, with_spatial
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -45,15 +48,57 @@ def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
 
 def _pool_bwd(spec: PoolSpec, res: Any, cts: Any) -> tuple[jax.Array]:
     indices, x = res
-    grad_output = cts[0]  # the integer indices' cotangent (float0 or int) is unused
-    shape = with_spatial(indices.shape, spec.nd, spec.trail, spec.in_size)
-    like = jax.ShapeDtypeStruct(shape, grad_output.dtype)
+    grad_output, like = _cotangent(cts, indices, spec)
     return (_platform.backward(grad_output, indices, like, spec, True, x),)
+
+
+def _cotangent(
+    cts: Any, indices: jax.Array, spec: PoolSpec | FractionalSpec
+) -> tuple[jax.Array, jax.ShapeDtypeStruct]:
+    """The values' cotangent (the integer indices' one, float0 or int, is
+    unused) and the shape and dtype of the input's."""
+    grad_output = cts[0]
+    shape = with_spatial(indices.shape, spec.nd, spec.trail, spec.in_size)
+    return grad_output, jax.ShapeDtypeStruct(shape, grad_output.dtype)
 
 
 _pool.defvjp(_pool_fwd, _pool_bwd)
 _pool_jit = jax.jit(_pool, static_argnums=1)
 _backward_jit = jax.jit(_platform.backward, static_argnums=(2, 3))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _fractional_pool(
+    x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
+) -> tuple[jax.Array, jax.Array]:
+    return _platform.fractional_forward(x, rows, spec)
+
+
+def _fractional_pool_fwd(
+    x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
+) -> tuple[Any, jax.Array]:
+    values, indices = _platform.fractional_forward(x, rows, spec)
+    return (values, indices), indices
+
+
+def _fractional_pool_bwd(
+    spec: FractionalSpec, indices: jax.Array, cts: Any
+) -> tuple[jax.Array, None]:
+    grad_output, like = _cotangent(cts, indices, spec)
+    # The window starts are piecewise constant in the samples: no gradient.
+    return _platform.fractional_backward(grad_output, indices, like, spec), None
+
+
+_fractional_pool.defvjp(_fractional_pool_fwd, _fractional_pool_bwd)
+_fractional_backward_jit = jax.jit(_platform.fractional_backward, static_argnums=(2, 3))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _fractional_pool_jit(
+    x: jax.Array, samples: jax.Array, spec: FractionalSpec
+) -> tuple[jax.Array, jax.Array]:
+    rows = _fractional.axis_starts(samples, spec, x.ndim)
+    return _fractional_pool(x, rows, spec)
 
 
 def pool(name: str, x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
@@ -62,19 +107,31 @@ def pool(name: str, x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]
         return _pool_jit(x, spec)
 
 
+def fractional_pool(
+    name: str, x: jax.Array, samples: jax.Array, spec: FractionalSpec
+) -> tuple[jax.Array, jax.Array]:
+    """``(values, indices)`` of the fractional pool ``spec`` with ``samples``
+    ``(N, C, nd)`` over ``x``, differentiable in ``x``."""
+    with jax.named_scope(f"jaxpool.{name}"):
+        return _fractional_pool_jit(x, samples, spec)
+
+
 def backward(
     name: str,
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
-    spec: PoolSpec,
+    spec: PoolSpec | FractionalSpec,
     check_indices: Any,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype) of the pool
-    ``spec``, given its indices; ``check_indices`` adds a ``checkify`` check."""
+    ``spec`` (fractional too), given its indices; ``check_indices`` adds a
+    ``checkify`` check."""
     _check_indices(name, indices, math.prod(spec.in_size), check_indices)
+    fractional = isinstance(spec, FractionalSpec)
+    kernel = _fractional_backward_jit if fractional else _backward_jit
     with jax.named_scope(f"jaxpool.{name}"):
-        return _backward_jit(grad_output, indices, x, spec)
+        return kernel(grad_output, indices, x, spec)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))

@@ -2,7 +2,7 @@
 their call.
 
 Each layer kind is a dataclass whose fields are its op family's arguments, the
-same typed definition the public functions use (``_spec.PoolArgs``,
+same typed definition the public functions use (``_args.PoolArgs``,
 ``AdaptiveArgs``, ``UnpoolArgs``), plus ``return_indices`` where it applies,
 with Flax's channels-last default. Calling a layer calls the public function,
 which validates the arguments once. A framework module (``nnx``, ``linen``,
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import jax
 
 from . import _ops
-from ._spec import (
+from ._args import (
     AdaptiveArgs,
     FractionalArgs,
     PoolArgs,

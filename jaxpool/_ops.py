@@ -1,7 +1,7 @@
 """The public functions: max pooling with argmax, adaptive max pooling, max
 unpooling, and the backward ops, in 1, 2 and 3 spatial dimensions.
 
-Each gathers its arguments into their shared definition (``_spec.PoolArgs``,
+Each gathers its arguments into their shared definition (``_args.PoolArgs``,
 ``AdaptiveArgs``), validates them once into a spec and calls ``_core``: the
 bodies are a few lines, the docstrings the user's documentation. The 1-D, 2-D
 and 3-D variants keep explicit signatures (for IDEs, type checkers, ``help()``
@@ -16,14 +16,22 @@ from typing import Any
 import jax
 from jax.typing import ArrayLike
 
-from . import _core, _fractional, _spec
-from ._spec import AdaptiveArgs, IntOrSeq, OutputSize, Padding, PoolArgs, UnpoolArgs
+from . import _checks, _core, _fractional_spec, _spec
+from ._args import (
+    AdaptiveArgs,
+    FractionalArgs,
+    IntOrSeq,
+    OutputSize,
+    Padding,
+    PoolArgs,
+    UnpoolArgs,
+)
 from ._windows import Algorithm, Implementation
 
 
 def _forward(nd: int, x: ArrayLike, args: PoolArgs) -> tuple[jax.Array, jax.Array]:
     name = f"max_pool{nd}d_with_argmax"
-    x = _spec.float_array(name, "x", x)
+    x = _checks.float_array(name, "x", x)
     return _core.pool(name, x, _spec.pool_spec(name, nd, x.shape, args))
 
 
@@ -31,7 +39,7 @@ def _backward(
     nd: int, grad_output: Any, x: Any, indices: Any, args: PoolArgs, check: Any
 ) -> jax.Array:
     name = f"max_pool{nd}d_with_argmax_backward"
-    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    grad_output, x, indices = _checks.backward_arrays(name, grad_output, x, indices)
     spec = _spec.pool_backward_spec(name, nd, args, grad_output, x, indices)
     return _core.backward(name, grad_output, indices, x, spec, check)
 
@@ -45,8 +53,8 @@ def _max_unpool(
     check_indices: Any,
 ) -> jax.Array:
     name = f"max_unpool{nd}d"
-    x = _spec.float_array(name, "x", x)
-    indices = _spec.int_array(name, "indices", indices)
+    x = _checks.float_array(name, "x", x)
+    indices = _checks.int_array(name, "indices", indices)
     out = _spec.unpool_output(name, nd, x, indices, args, output_size)
     trail = int(args.channels_last)
     return _core.unpool(name, x, indices, out, nd, trail, check_indices)
@@ -102,8 +110,11 @@ def max_pool3d_with_argmax(
         dilation * (kernel_size - 1) + 1`` on every axis, as in 2x2 stride 2)
         each element receives at most one gradient, so the scatter-add is an
         elementwise select (the ``"gather"`` algorithm: same bits, no scatter);
-        where windows overlap, ``"scatter"`` on CPU and the deterministic
-        ``"gather"`` on GPU and TPU (no atomics, no serialised scatter).
+        where windows overlap, ``"scatter"`` on CPU and on a GPU whose jaxlib
+        adds floats with native atomics (unless XLA's determinism flags are
+        set), the deterministic ``"gather"`` on other GPUs and on TPU (which
+        serialises scatters; its 16-bit gradient is XLA's select-and-scatter),
+        as the GPU and TPU page explains.
         ``"scatter"`` or ``"gather"`` (deterministic) force one; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
       implementation: the kernels. ``None`` (default): the platform's
@@ -642,7 +653,7 @@ def _adaptive_forward(
     nd: int, x: ArrayLike, args: AdaptiveArgs
 ) -> tuple[jax.Array, jax.Array]:
     name = f"adaptive_max_pool{nd}d"
-    x = _spec.float_array(name, "x", x)
+    x = _checks.float_array(name, "x", x)
     return _core.pool(name, x, _spec.adaptive_spec(name, nd, x.shape, args))
 
 
@@ -678,7 +689,8 @@ def adaptive_max_pool2d(
         Static: under ``jax.jit`` close over it or mark it static.
       channels_last: ``x`` (and the outputs) keep channels in the last axis.
       algorithm: how ``jax.grad`` computes the gradient: ``"auto"`` (default:
-        the scatter on CPU, the deterministic gather on GPU and TPU; adaptive
+        the scatter on CPU and, as for the strided pools, on a GPU with native
+        float atomics, the deterministic gather elsewhere; adaptive
         windows that do not overlap are a strided pool, and get its
         elementwise select), ``"scatter"`` or ``"gather"`` (deterministic);
         see [`jaxpool.adaptive_max_pool2d_backward`][].
@@ -765,7 +777,7 @@ def adaptive_max_pool2d_backward(
               [0., 0., 1.]]], dtype=float32)
     """
     name = "adaptive_max_pool2d_backward"
-    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    grad_output, x, indices = _checks.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
         name, 2, (grad_output, x, indices), channels_last, algorithm, implementation
     )
@@ -845,7 +857,7 @@ def adaptive_max_pool3d_backward(
       ``grad_input`` with the shape and dtype of ``x``.
     """
     name = "adaptive_max_pool3d_backward"
-    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    grad_output, x, indices = _checks.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
         name, 3, (grad_output, x, indices), channels_last, algorithm, implementation
     )
@@ -922,7 +934,7 @@ def adaptive_max_pool1d_backward(
       ``grad_input`` with the shape and dtype of ``x``.
     """
     name = "adaptive_max_pool1d_backward"
-    grad_output, x, indices = _spec.backward_arrays(name, grad_output, x, indices)
+    grad_output, x, indices = _checks.backward_arrays(name, grad_output, x, indices)
     spec = _spec.adaptive_backward_spec(
         name, 1, (grad_output, x, indices), channels_last, algorithm, implementation
     )
@@ -933,13 +945,13 @@ def adaptive_max_pool1d_backward(
 
 
 def _fractional_forward(
-    nd: int, x: ArrayLike, args: _spec.FractionalArgs, samples: Any, key: Any
+    nd: int, x: ArrayLike, args: FractionalArgs, samples: Any, key: Any
 ) -> tuple[jax.Array, jax.Array]:
     name = f"fractional_max_pool{nd}d"
-    x = _spec.float_array(name, "x", x)
-    spec = _spec.fractional_spec(name, nd, x.shape, args)
-    samples = _spec.fractional_samples(name, nd, x, spec, samples, key)
-    return _fractional.pool(name, x, samples, spec)
+    x = _checks.float_array(name, "x", x)
+    spec = _fractional_spec.fractional_spec(name, nd, x.shape, args)
+    samples = _fractional_spec.fractional_samples(name, nd, x, spec, samples, key)
+    return _core.fractional_pool(name, x, samples, spec)
 
 
 def _fractional_backward(
@@ -951,11 +963,11 @@ def _fractional_backward(
     check_indices: Any,
 ) -> jax.Array:
     name = f"fractional_max_pool{nd}d_backward"
-    grad_output, x, indices = _spec.backward_arrays(name, *arrays)
-    spec = _spec.fractional_backward_spec(
+    grad_output, x, indices = _checks.backward_arrays(name, *arrays)
+    spec = _fractional_spec.fractional_backward_spec(
         name, nd, (grad_output, x, indices), channels_last, algorithm, implementation
     )
-    return _fractional.backward(name, grad_output, indices, x, spec, check_indices)
+    return _core.backward(name, grad_output, indices, x, spec, check_indices)
 
 
 def fractional_max_pool2d(
@@ -1012,7 +1024,8 @@ def fractional_max_pool2d(
       algorithm: how the gradient is computed: ``"scatter"`` (a scatter-add),
         ``"gather"`` (deterministic: per plane a stable sort of the gradients
         by index and a segmented sum, no scatter) or ``"auto"`` (default: the
-        scatter on CPU, the gather on GPU and TPU).
+        scatter on CPU and, as for the strided pools, on a GPU with native
+        float atomics; the gather elsewhere).
       implementation: ``None`` or ``"xla"`` (there is no Pallas kernel).
 
     Returns:
@@ -1038,7 +1051,7 @@ def fractional_max_pool2d(
       >>> indices.tolist()  # windows start at rows 0, 1, 3, columns 0, 2, 3
       [[[6, 8, 9], [11, 13, 14], [21, 23, 24]]]
     """
-    args = _spec.FractionalArgs(
+    args = FractionalArgs(
         kernel_size,
         output_size,
         output_ratio,
@@ -1078,8 +1091,8 @@ def fractional_max_pool2d_backward(
       channels_last: as in the forward.
       algorithm: ``"scatter"``, ``"gather"`` (deterministic, bitwise
         reproducible on every backend; it honours every in-plane index, as the
-        scatter does) or ``"auto"`` (default: the scatter on CPU, the gather
-        on GPU and TPU).
+        scatter does) or ``"auto"`` (default: the scatter on CPU and on a GPU
+        with native float atomics, the gather elsewhere).
       implementation: ``None`` or ``"xla"``.
       check_indices: a ``checkify`` check that every index lies in ``[0, H *
         W)``; see [`jaxpool.max_pool3d_with_argmax_backward`][].
@@ -1153,7 +1166,7 @@ def fractional_max_pool3d(
       >>> values.shape, indices.dtype
       ((2, 3, 4, 4, 4), dtype('int32'))
     """
-    args = _spec.FractionalArgs(
+    args = FractionalArgs(
         kernel_size,
         output_size,
         output_ratio,

@@ -44,7 +44,7 @@ from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
-    empty_windows,
+    fill_empty,
     row_major_strides,
     split,
     with_spatial,
@@ -223,9 +223,7 @@ def _forward_jvp(spec: PoolSpec, interpret: bool, primals: Any, tangents: Any) -
     values, indices = _forward(x, spec, interpret)
     values_dot = gather_at(x_dot, indices, spec.nd, spec.trail, 0.0)
     lead, _ = split(values.ndim, spec.nd, spec.trail)
-    hollow = empty_windows(spec.axes, lead, values.shape)
-    if hollow is not None:
-        values_dot = jnp.where(hollow, jnp.zeros((), values_dot.dtype), values_dot)
+    values_dot = fill_empty(values_dot, spec.axes, lead, 0.0)
     indices_dot = np.zeros(indices.shape, jax.dtypes.float0)
     return (values, indices), (values_dot, indices_dot)
 

@@ -13,6 +13,13 @@ trace time and never inside ``lax.platform_dependent``: a multi-platform
 ``jax.export`` lowers every branch for every platform, and a Pallas GPU
 kernel cannot be lowered for a CPU.
 
+A backward is two choices: the algorithm (``algorithm=``, the user's: the
+scatter or the deterministic gather; :func:`algorithm` resolves ``"auto"``)
+and the form that runs it (:func:`form`: the scatter, XLA's select-and-scatter,
+XLA's covering sum, the TPU's dense one or Pallas's). The fractional pools
+have their own :func:`fractional_algorithm` (their gather is a sort) and
+forward forms (:func:`fractional_forward`).
+
 The CPU forms (why each exists, and what it measured, is in the performance
 docs): the passes and indices computed into their own buffers
 (``_fusion.materialize``), a strided minor axis read from a phase-split copy,
@@ -36,15 +43,30 @@ import jaxlib.version
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from . import _backward, _pallas, _planes, _scan, _select, _tpu
-from ._windows import INT32_MAX, Implementation, PoolSpec, split
+from . import _backward, _fractional, _pallas, _planes, _scan, _select, _tpu
+from ._windows import (
+    INT32_MAX,
+    Algorithm,
+    FractionalSpec,
+    Implementation,
+    PoolSpec,
+    split,
+)
 
 Form = TypeVar("Form")
 
+PLATFORMS = ("cpu", "gpu", "tpu")
 # The TPU's forms of the forward and of the deterministic backward (``_tpu``).
 TPU = "tpu"
-# The VJP as XLA's select-and-scatter on the forward's input (``_select``).
+# The backward's other forms (:func:`form`): the scatter-add (``_planes``),
+# the deterministic covering sum in XLA (``_backward``) or in Pallas
+# (``_pallas``), and XLA's select-and-scatter on the forward's input
+# (``_select``).
+SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
 SELECT = "select_and_scatter"
+# The fractional forward's forms: each tap read by element gathers, or the
+# windows of the stride-1 pool picked by rows (``_fractional``).
+TAPS, ROWS = "taps", "rows"
 
 
 def by_platform(
@@ -123,32 +145,34 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
         materialize=False, phases=False, read_back=False, pad_taps=True
     )
 
-    def emit(form: _scan.ScanForm | str) -> Callable[[jax.Array], Any]:
-        if form == TPU:  # one variadic window reduction (see _tpu)
+    def emit(kind: _scan.ScanForm | str) -> Callable[[jax.Array], Any]:
+        if kind == TPU:  # one variadic window reduction (see _tpu)
             return functools.partial(_tpu.window_argmax, spec=spec, sharding=sharding)
-        assert isinstance(form, _scan.ScanForm)
+        assert isinstance(kind, _scan.ScanForm)
         return functools.partial(
-            _scan.window_argmax, spec=spec, form=form, sharding=sharding
+            _scan.window_argmax, spec=spec, form=kind, sharding=sharding
         )
 
     return by_platform(emit, x, cpu=cpu, default=accelerator, tpu=TPU)
 
 
-def algorithm(spec: PoolSpec, own_indices: bool, platform: str, dtype: Any) -> str:
+def algorithm(
+    spec: PoolSpec, own_indices: bool, platform: str, dtype: Any, mesh: bool
+) -> Algorithm:
     """The backward that runs on ``platform`` (``"cpu"``, ``"gpu"`` or
-    ``"tpu"``) for inputs of ``dtype``: ``"scatter"``, ``"gather"``,
-    :data:`TPU` (the gather in the TPU's dense form, ``_tpu.covering_sum``: no
-    gather, no scatter) or :data:`SELECT` (XLA's select-and-scatter on keys
-    of the input, ``_select``). The spec's algorithm, or for ``"auto"``:
+    ``"tpu"``) for inputs of ``dtype``, ``mesh`` telling whether a mesh is in
+    context: ``"scatter"`` or ``"gather"`` (:func:`form` says in which form).
+    The spec's algorithm, or for ``"auto"``:
 
     - ``"scatter"`` where the indices may come from anywhere (not
       ``own_indices``): only the scatter honours an index outside its window;
     - where the backward is Pallas's, its gather;
-    - on a TPU, :data:`SELECT` for 16-bit inputs wherever it runs the pool
-      exactly (regular windows, dilation 1: ``jax.grad`` through
-      ``lax.reduce_window``'s program); elsewhere the dense gather where it
-      applies, else the scatter (which a TPU runs one update at a time;
-      adaptive windows: 3.7x fewer bytes than the gather);
+    - on a TPU, the scatter for 16-bit inputs wherever XLA's select-and-scatter
+      runs the pool exactly (regular windows, dilation 1: ``jax.grad`` through
+      ``lax.reduce_window``'s program), but not under a mesh (see
+      :func:`form`); elsewhere the gather where its dense form applies, else
+      the scatter (which a TPU runs one update at a time; adaptive windows:
+      3.7x fewer bytes than the gather);
     - where windows are disjoint, the gather (an elementwise select: each
       input element receives at most one gradient, so the scatter's bits
       without a scatter);
@@ -159,19 +183,66 @@ def algorithm(spec: PoolSpec, own_indices: bool, platform: str, dtype: Any) -> s
 
     The performance docs give the compiled programs that chose each.
     """
-    xla = implementation(spec, "backward") == "xla"
-    dense = platform == "tpu" and _tpu.dense(spec) and xla
-    if spec.algorithm == "scatter" or (spec.algorithm == "auto" and not own_indices):
+    if spec.algorithm != "auto":
+        return spec.algorithm
+    if not own_indices:
         return "scatter"
-    if spec.algorithm == "gather" or not xla:
-        return TPU if dense else "gather"
+    if implementation(spec, "backward") == "pallas":
+        return "gather"
     if platform == "tpu":
-        if _select.applies(spec, dtype):
-            return SELECT
-        return TPU if dense else "scatter"
+        if _select.applies(spec, dtype) and not mesh:
+            return "scatter"
+        return "gather" if _tpu.dense(spec) else "scatter"
     if all(w.disjoint for w in spec.axes):
         return "gather"
     return "scatter" if platform == "cpu" or gpu_scatter() else "gather"
+
+
+def form(
+    spec: PoolSpec,
+    chosen: Algorithm,
+    own_indices: bool,
+    platform: str,
+    dtype: Any,
+    mesh: bool,
+) -> str:
+    """The kernel that runs the ``chosen`` backward (:func:`algorithm`) on
+    ``platform`` for inputs of ``dtype``:
+
+    - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
+      :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
+      scatter) for regular windows of dilation 1 (``_tpu.dense``) when no mesh
+      is in context (its phase interleave is not written for arrays that
+      carry their sharding, and every branch is traced, on any platform);
+      else :data:`GATHER`, XLA's covering sum;
+    - the scatter: :data:`SELECT` (XLA's select-and-scatter on keys of the
+      input, ``_select``) for ``"auto"`` in the VJP on a TPU wherever
+      ``_select.applies``, but not under a mesh (XLA's partitioner gathers the
+      select-and-scatter we bind whole onto every device; its own, in
+      ``jax.grad`` through ``reduce_window``, it keeps local); else
+      :data:`SCATTER`.
+    """
+    xla = implementation(spec, "backward") == "xla"
+    tpu = platform == "tpu" and xla and not mesh
+    if chosen == "gather":
+        if not xla:
+            return PALLAS
+        return TPU if tpu and _tpu.dense(spec) else GATHER
+    auto = spec.algorithm == "auto" and own_indices
+    return SELECT if tpu and auto and _select.applies(spec, dtype) else SCATTER
+
+
+def fractional_algorithm(spec: FractionalSpec, platform: str) -> Algorithm:
+    """The fractional backward that runs on ``platform``: the spec's, or for
+    ``"auto"`` the scatter on CPU and on a GPU where :func:`gpu_scatter` says
+    so; elsewhere (a TPU, which serialises scatters) the deterministic
+    sort-based gather, ``_fractional.gather_sum``. That gather honours every
+    index inside the plane, as the scatter does, so the choice does not ask
+    whose the indices are."""
+    if spec.algorithm != "auto":
+        return spec.algorithm
+    scatter = platform == "cpu" or (platform == "gpu" and gpu_scatter())
+    return "scatter" if scatter else "gather"
 
 
 # The jaxlib from which XLA compiles a GPU float scatter-add to a native
@@ -220,9 +291,10 @@ def gpu_scatter() -> bool:
 
 def reads_input(spec: PoolSpec, x: jax.Array) -> bool:
     """Whether the VJP's backward reads the forward's input ``x`` on some
-    platform (:data:`SELECT`, not under a mesh: see :func:`backward`), so
-    that the VJP must keep it."""
-    return algorithm(spec, True, "tpu", x.dtype) == SELECT and not under_mesh(x)
+    platform (:data:`SELECT`), so that the VJP must keep it."""
+    mesh = under_mesh(x)
+    chosen = algorithm(spec, True, "tpu", x.dtype, mesh)
+    return form(spec, chosen, True, "tpu", x.dtype, mesh) == SELECT
 
 
 def backward(
@@ -236,50 +308,87 @@ def backward(
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
     the forward's, as in its VJP, which gives the forward's input as
-    ``operand`` where :func:`reads_input`), in each platform's form."""
+    ``operand`` where :func:`reads_input`), in each platform's form
+    (:func:`form`)."""
+    mesh = under_mesh(indices)
 
-    def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-        if chosen == SELECT:  # never under a mesh (below)
+    def kernel_on(platform: str) -> str:
+        chosen = algorithm(spec, own_indices, platform, x.dtype, mesh)
+        return form(spec, chosen, own_indices, platform, x.dtype, mesh)
+
+    def emit(kernel: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        if kernel == SELECT:  # never under a mesh (see form)
             assert operand is not None
             return lambda g, i: _select.select_and_scatter(g, i, operand, spec)
-        return functools.partial(_backward_with, chosen, x=x, spec=spec)
+        if kernel == SCATTER:
+            layout = dict(x=x, nd=spec.nd, trail=spec.trail)
+            return functools.partial(_scatter, accumulate=True, **layout)
+        if kernel == PALLAS:
+            pallas = _pallas_form(_pallas_gather_sum, spec, x)
+            return lambda g, i: by_platform(pallas, g, i, cpu=True, default=False)
+        covering = _tpu.covering_sum if kernel == TPU else _backward.covering_sum
+        return functools.partial(_gather, covering, x=x, spec=spec)
 
-    platforms = ("cpu", "gpu", "tpu")
-    cpu, gpu, tpu = (algorithm(spec, own_indices, p, x.dtype) for p in platforms)
-    if tpu in (TPU, SELECT) and under_mesh(indices):
-        # The dense form's phase interleave is not written for arrays that
-        # carry their sharding (and every branch is traced, on any platform),
-        # and XLA's partitioner gathers the select-and-scatter we bind whole
-        # onto every device (its own, jax.grad through reduce_window, it
-        # keeps local): the gather, local to each plane, keeps the same sums.
-        tpu = "gather"
+    cpu, gpu, tpu = map(kernel_on, PLATFORMS)
     return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
 
 
-def _backward_with(
-    chosen: str,
+def _gather(
+    covering: Callable[..., jax.Array],
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
 ) -> jax.Array:
-    """The backward with the ``chosen`` algorithm, in each platform's form;
-    ``TPU``: the gather in the TPU's dense form (see ``_tpu.covering_sum``)."""
-    if chosen == TPU:
-        sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
-        total = _tpu.covering_sum(grad_output, indices, x, spec, sharding)
-        total = _backward.add_aliased(total, grad_output, indices, spec, sharding)
-        return total.astype(x.dtype)
-    if chosen == "gather":
-        if implementation(spec, "backward") == "pallas":
-            emit = _pallas_form(_pallas_gather_sum, spec, x)
-            return by_platform(emit, grad_output, indices, cpu=True, default=False)
-        sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
-        total = _backward.covering_sum(grad_output, indices, x, spec, sharding)
-        total = _backward.add_aliased(total, grad_output, indices, spec, sharding)
-        return total.astype(x.dtype)
+    """The ``"gather"`` backward with XLA's ``covering`` sum (``_backward``'s
+    or, on a TPU, ``_tpu``'s dense one): the windows that cover each element,
+    then the windows with no in-bounds tap, rounded once."""
+    sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
+    total = covering(grad_output, indices, x, spec, sharding)
+    total = _backward.add_aliased(total, grad_output, indices, spec, sharding)
+    return total.astype(x.dtype)
+
+
+def fractional_forward(
+    x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
+) -> tuple[jax.Array, jax.Array]:
+    """The fractional forward's ``(values, indices)`` of the windows that
+    start at ``rows`` (``_fractional.axis_starts``): on CPU each tap read by
+    element gathers (:data:`TAPS`); on GPU and TPU the windows of the
+    stride-1 pool of the same kernel (:func:`forward`, in the platform's
+    form) picked at the starts by whole rows (:data:`ROWS`)."""
+
+    def emit(kind: str) -> Callable[..., tuple[jax.Array, jax.Array]]:
+        if kind == TAPS:
+            return functools.partial(_fractional.gather_taps, spec=spec)
+
+        def pick(x: jax.Array, rows: tuple[jax.Array, ...]) -> Any:
+            values, indices = forward(x, spec.every_window())
+            return _fractional.pick_windows(values, indices, rows, spec)
+
+        return pick
+
+    return by_platform(emit, x, rows, cpu=TAPS, default=ROWS)
+
+
+def fractional_backward(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: FractionalSpec,
+) -> jax.Array:
+    """The fractional pool's gradient with respect to ``x`` (its shape and
+    dtype), with the spec's algorithm (:func:`fractional_algorithm`): the
+    scatter-add, or ``_fractional.gather_sum``."""
     layout = dict(x=x, nd=spec.nd, trail=spec.trail)
-    return _scatter(grad_output, indices, accumulate=True, **layout)
+
+    def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        if chosen == "gather":
+            return functools.partial(_fractional.gather_sum, **layout)
+        return functools.partial(_scatter, accumulate=True, **layout)
+
+    cpu, gpu, tpu = (fractional_algorithm(spec, p) for p in PLATFORMS)
+    return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
 
 
 def unpool(

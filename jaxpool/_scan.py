@@ -14,7 +14,7 @@ some axes (:func:`_pass`), starting every window at its first in-bounds tap
 (:func:`_first_tap`), or, along an axis of adaptive windows of two sizes, a
 running max of the smaller size extended by one tap (:func:`_two_size_pass`);
 and the values of windows with no in-bounds tap set to ``-inf``
-(:func:`_mask_empty`). How XLA should lay the scan out on each platform
+(``_windows.fill_empty``). How XLA should lay the scan out on each platform
 (:class:`ScanForm`) is the platform seam's choice.
 """
 
@@ -35,7 +35,7 @@ from ._planes import gather_at
 from ._windows import (
     AxisWindows,
     PoolSpec,
-    empty_windows,
+    fill_empty,
     per_window,
     row_major_strides,
     split,
@@ -125,7 +125,7 @@ def window_argmax(
     assert index is not None
     if form.read_back:
         best = gather_at(x, index, spec.nd, spec.trail, -jnp.inf)
-    return _mask_empty(best, axes, lead), index
+    return fill_empty(best, axes, lead, -jnp.inf), index
 
 
 def _source(
@@ -356,15 +356,3 @@ def _first_tap(
         return take
     masks = [per_window(f, lead + a, shape) for a, f in zip(group, force, strict=True)]
     return take | functools.reduce(jnp.logical_and, masks)
-
-
-def _mask_empty(
-    values: jax.Array, axes: tuple[AxisWindows, ...], lead: int
-) -> jax.Array:
-    """``-inf`` for every window with no in-bounds tap (possible with
-    dilation), whatever element its index (its first non-negative tap, out of
-    bounds along some axis) lands on."""
-    hollow = empty_windows(axes, lead, values.shape)
-    if hollow is None:
-        return values
-    return jnp.where(hollow, jnp.array(-jnp.inf, values.dtype), values)

@@ -37,13 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _backward
 from ._planes import accumulation_dtype, gather_at
 from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
     empty_windows,
+    fill_empty,
     per_window,
     row_major_strides,
     split,
@@ -281,9 +281,7 @@ def _window_argmax_jvp(
     values, index = window_argmax(x, spec, sharding)
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     chosen = gather_at(t, index, spec.nd, spec.trail, 0.0)
-    hollow = empty_windows(spec.axes, lead, values.shape)
-    if hollow is not None:
-        chosen = jnp.where(hollow, jnp.zeros((), chosen.dtype), chosen)
+    chosen = fill_empty(chosen, spec.axes, lead, 0.0)
     return (values, index), (chosen, lax.full_like(index, 0, jax.dtypes.float0))
 
 
@@ -323,10 +321,10 @@ def covering_sum(
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
-    sharding: Any = None,
+    sharding: Any,
 ) -> jax.Array:
     """``_backward.covering_sum`` (the same sum, in the same order) without a
-    gather, where :func:`dense` says so.
+    gather, for the windows :func:`dense` accepts (the seam's choice).
 
     Tap ``j`` of output ``o`` along an axis reads coordinate ``o * stride +
     offset + j = (o + shift) * stride + phase``: every window's gradient that
@@ -335,8 +333,6 @@ def covering_sum(
     row-major order, so each input element adds its windows in increasing
     order, as the covering windows do; the phases are then interleaved once.
     """
-    if not dense(spec):
-        return _backward.covering_sum(grad_output, indices, x, spec, sharding)
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     lead, _ = split(grad_output.ndim, nd, trail)
     acc = accumulation_dtype(x.dtype)

@@ -3,9 +3,11 @@
 A public function validates its arguments once (``_spec``) into a
 :class:`PoolSpec`: the windows of each spatial axis as :class:`AxisWindows`,
 the layout and the chosen algorithm. That spec travels unchanged to the
-kernels, which need nothing else. The spatial axes of an array are ``nd``
-consecutive axes followed by ``trail`` trailing ones: ``trail`` is 1 for a
-channels-last array, 0 otherwise.
+kernels, which need nothing else. A fractional pool's :class:`FractionalSpec`
+(``_fractional_spec``) holds its sizes: its windows come from its samples,
+arrays. The spatial axes of an array are ``nd`` consecutive axes followed by
+``trail`` trailing ones: ``trail`` is 1 for a channels-last array, 0
+otherwise.
 """
 
 from __future__ import annotations
@@ -130,6 +132,36 @@ class PoolSpec(NamedTuple):
         return tuple(w.out for w in self.axes)
 
 
+class FractionalSpec(NamedTuple):
+    """A validated fractional pool: the sizes per spatial axis (order D, H, W),
+    the layout and the backward algorithm. Its windows depend on the samples,
+    which are arrays, so they are not part of it: window ``o`` along an axis
+    is ``[start[o], start[o] + kernel_size)``, for starts computed under
+    ``jit`` (``_fractional.window_starts``)."""
+
+    in_size: tuple[int, ...]
+    out_size: tuple[int, ...]
+    kernel_size: tuple[int, ...]
+    channels_last: bool
+    algorithm: Algorithm
+
+    @property
+    def nd(self) -> int:
+        return len(self.in_size)
+
+    trail = PoolSpec.trail  # the same layout: read from ``channels_last``
+
+    def every_window(self) -> PoolSpec:
+        """The stride-1 pool of the same kernel, without padding: every window
+        that fits the input, output ``s`` along an axis the window that starts
+        at ``s``, so each fractional window is one of its outputs."""
+        axes = tuple(
+            AxisWindows(n, n - k + 1, k)
+            for n, k in zip(self.in_size, self.kernel_size, strict=True)
+        )
+        return PoolSpec(axes, self.channels_last, self.algorithm, "xla")
+
+
 def pool_output_size(
     size: int,
     kernel: int,
@@ -217,6 +249,18 @@ def empty_windows(
         return None
     masks = [per_window(e, lead + a, shape) for a, e in enumerate(empty)]
     return functools.reduce(jnp.logical_or, masks)
+
+
+def fill_empty(
+    arr: jax.Array, axes: tuple[AxisWindows, ...], lead: int, fill: float
+) -> jax.Array:
+    """``arr``, pooled (its spatial axes start at ``lead``), with ``fill`` for
+    every window with no in-bounds tap: ``-inf`` for its value, 0 for its
+    tangent, whatever element its index lands on."""
+    hollow = empty_windows(axes, lead, arr.shape)
+    if hollow is None:
+        return arr
+    return jnp.where(hollow, jnp.array(fill, arr.dtype), arr)
 
 
 def flat_offsets(

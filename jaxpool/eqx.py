@@ -24,8 +24,8 @@ except ImportError as e:  # pragma: no cover - exercised without equinox
         "jaxpool.eqx needs Equinox: pip install 'jaxpool[equinox]'"
     ) from e
 
+from ._args import static_field
 from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
-from ._spec import static_field
 
 
 class _Module(equinox.Module):

@@ -22,8 +22,8 @@ except ImportError as e:  # pragma: no cover - exercised without flax
 
 from typing import Any
 
+from ._args import static_field
 from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
-from ._spec import static_field
 
 
 class MaxPool1d(MaxPool, nn.Module, nd=1):

@@ -27,8 +27,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised without flax
     raise ImportError("jaxpool.nnx needs Flax: pip install 'jaxpool[flax]'") from e
 
+from ._args import frozen, static_field
 from ._layers import AdaptiveMaxPool, FractionalMaxPool, MaxPool, MaxUnpool
-from ._spec import frozen, static_field
 
 
 @dataclass_transform(field_specifiers=(dataclasses.field,))

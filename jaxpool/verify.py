@@ -26,7 +26,7 @@ import numpy as np
 
 import jaxpool
 from jaxpool import reference
-from jaxpool._spec import AdaptiveArgs, FractionalArgs, PoolArgs
+from jaxpool._args import AdaptiveArgs, FractionalArgs, PoolArgs
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 # Unit roundoff of each dtype, and of the dtype its gradients accumulate in.
@@ -358,12 +358,16 @@ def compare(
     """
     x64 = jax.enable_x64(True) if x.dtype == np.float64 else contextlib.nullcontext()
     with x64:
-        # Eager calls: the ops are jitted inside, so repeated configurations
-        # reuse their programs.
-        (values, indices), vjp = jax.vjp(forward, jnp.asarray(x))
-        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
-        standalone = backward(g, x, indices)
-        gather = backward(g, x, indices, algorithm="gather")
+        # One program for the four results: one compile per comparison.
+        @jax.jit
+        def run(x: Any, g: Any) -> tuple[Any, ...]:
+            (values, indices), vjp = jax.vjp(forward, x)
+            (grad,) = vjp((g, np.zeros(indices.shape, jax.dtypes.float0)))
+            standalone = backward(g, x, indices)
+            gather = backward(g, x, indices, algorithm="gather")
+            return values, indices, grad, standalone, gather
+
+        values, indices, grad, standalone, gather = run(x, g)
     want_values, want_indices = want
     checks = [
         _same("values == oracle (mismatches)", values, want_values),

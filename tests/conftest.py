@@ -1,6 +1,14 @@
-"""Strict JAX numerics for every test (warnings are errors: see pyproject.toml),
-and the hypothesis profiles: "ci" by default, "thorough" on request
-(``pytest tests/test_properties.py --hypothesis-profile=thorough``)."""
+"""The two tiers, strict JAX numerics for every test (warnings are errors: see
+pyproject.toml), the kernel forms, and the hypothesis profiles.
+
+``pytest`` runs the quick tier: every public op against the oracle (and torch
+when installed) in the CPU's forms, every transformation, the error table and
+the layers. ``pytest --full`` adds what is marked ``full``: the other kernel
+forms (accelerators', TPU's, Pallas interpreted), the compile-only accelerator
+programs, every dtype of the slower grids and the sweeps' full profile. CI runs
+the full tier. Hypothesis: "quick" (25 examples) in the quick tier, "ci" (100)
+in the full one, "thorough" on request
+(``pytest tests/test_oracle.py -k "sweep and cpu" --hypothesis-profile=thorough``)."""
 
 import os
 
@@ -16,6 +24,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
+import helpers
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
@@ -26,8 +35,55 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # seed in CI (derandomize) so a red CI is reproducible.
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
+settings.register_profile("quick", max_examples=25, derandomize=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
-settings.load_profile("ci")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="the full tier: every kernel form, the compile-only accelerator "
+        "programs, every dtype (what CI runs)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: run only in the full tier (--full)")
+    config.addinivalue_line(
+        "markers", "forms(which): the kernel forms the seam emits for the test"
+    )
+    settings.load_profile("ci" if config.getoption("--full") else "quick")
+
+
+def _form(item) -> str | None:
+    """The kernel forms a test runs under (see ``helpers.use_forms``)."""
+    marker = item.get_closest_marker("forms")
+    if marker is not None:
+        return marker.args[0]
+    callspec = getattr(item, "callspec", None)
+    form = callspec.params.get("form") if callspec else None
+    return form if form in ("default", "tpu") else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick tier leaves out (deselects, never skips) what is marked
+    ``full``. The tests of one kernel form are then put together, so that a
+    worker clears JAX's caches once per form rather than once per test."""
+    if not config.getoption("--full"):
+        full = [item for item in items if item.get_closest_marker("full")]
+        if full:
+            config.hook.pytest_deselected(items=full)
+            items[:] = [item for item in items if not item.get_closest_marker("full")]
+    order = {None: 0, "cpu": 0, "default": 1, "tpu": 2}
+    items.sort(key=lambda item: order[_form(item)])
+
+
+@pytest.fixture(autouse=True)
+def _kernel_forms(request):
+    """The forms the test's ``form`` parameter or ``forms`` mark names, else
+    the platform's own."""
+    helpers.use_forms(_form(request.node))
 
 
 @pytest.fixture

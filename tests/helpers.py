@@ -1,4 +1,5 @@
-"""Shared test helpers: dtypes and their tolerances, discriminating inputs, torch."""
+"""Shared test helpers: dtypes and their tolerances, discriminating inputs, the
+kernel forms, the one oracle comparison, torch."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import zlib
 
 import jax
 import jax.extend
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from cases import INPUT_KINDS
 
-from jaxpool import verify
+import jaxpool
+from jaxpool import reference, verify
 
 NO_SKIP = os.environ.get("JAXPOOL_NO_SKIP") == "1"
-
-DTYPES = ["float16", "bfloat16", "float32", "float64"]
-INPUT_KINDS = ["random", "ties", "nan", "inf"]
 
 # One rounding of each dtype: the tolerance for gradients that may be summed in
 # another order than the reference's (relative, on top of an absolute floor).
@@ -126,28 +127,60 @@ def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
     assert not failed, failed
 
 
-@contextlib.contextmanager
-def platform_forms(which: str):
-    """Every kernel in its ``which`` (``"cpu"``, ``"tpu"`` or ``"default"``,
-    the other accelerators') form, whatever the platform: the seam's
-    ``by_platform`` emits that form alone (a TPU without a form of its own
-    takes the default). JAX's caches are cleared on entry and exit, so no
-    program traced inside is reused outside, nor the other way round."""
+# The kernel forms the oracle tests run, each as a test parameter ``form``:
+# the CPU's own, the other accelerators' ("default"), the TPU's, and the Pallas
+# kernels in Pallas's interpreter. Only the CPU's are in the quick tier.
+FORMS = [
+    "cpu",
+    pytest.param("default", marks=pytest.mark.full),
+    pytest.param("tpu", marks=pytest.mark.full),
+    pytest.param("pallas", marks=pytest.mark.full),
+]
+_forms: list[str | None] = [None]  # the forms the seam now emits; None: its own
+
+
+def use_forms(which: str | None) -> None:
+    """Make the seam's ``by_platform`` emit the ``which`` form (``"cpu"``,
+    ``"tpu"`` or ``"default"``, the other accelerators') whatever the
+    platform, or the platform's own for ``None``; a TPU without a form of its
+    own takes the default. JAX's caches are cleared whenever the forms change,
+    so that no program traced under one is reused under another (and only
+    then: tests of one form that follow each other share their programs)."""
     from jaxpool import _platform
 
-    original = _platform.by_platform
+    if which == _forms[0]:
+        return
+    if _forms[0] is None:
+        _ORIGINAL[0] = _platform.by_platform
+    original = _ORIGINAL[0]
 
     def by_platform(emit, *args, **forms):
         form = forms.get(which)
         return emit(forms["default"] if form is None else form)(*args)
 
     jax.clear_caches()
-    _platform.by_platform = by_platform
+    _platform.by_platform = original if which is None else by_platform
+    _forms[0] = which
+
+
+_ORIGINAL: list = [None]
+
+
+@contextlib.contextmanager
+def platform_forms(which: str | None):
+    """:func:`use_forms` for a block, then the forms of before."""
+    before = _forms[0]
+    use_forms(which)
     try:
         yield
     finally:
-        _platform.by_platform = original
-        jax.clear_caches()
+        use_forms(before)
+
+
+def form_options(form: str) -> dict:
+    """The ops' keyword arguments for a test's ``form`` (the Pallas kernels are
+    an ``implementation``; the others are the seam's, see :func:`use_forms`)."""
+    return dict(implementation="pallas") if form == "pallas" else {}
 
 
 def count_primitive(closed_jaxpr, name: str) -> int:
@@ -167,3 +200,188 @@ def count_primitive(closed_jaxpr, name: str) -> int:
         return count
 
     return walk(closed_jaxpr.jaxpr)
+
+
+def make_planes(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    """Every input kind of :func:`make_input`, one after another along the
+    first axis: the planes of one call, so that a configuration meets every
+    kind in one program."""
+    parts = [make_input(rng, shape, dtype, kind) for kind in INPUT_KINDS]
+    return np.concatenate(parts, axis=0)
+
+
+def _per_axis(value, nd: int, default=None):
+    if value is None or (isinstance(value, (tuple, list)) and len(value) == 0):
+        return default
+    if isinstance(value, int):
+        return (value,) * nd
+    return tuple(value) * nd if len(value) == 1 else tuple(value)
+
+
+def pool_oracle(
+    x, nd, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
+):
+    """The oracle's pool for the op's keyword arguments."""
+    k = _per_axis(kernel_size, nd)
+    return reference.max_pool(
+        x,
+        k,
+        _per_axis(stride, nd, k),
+        _per_axis(padding, nd),
+        _per_axis(dilation, nd),
+        ceil_mode,
+    )
+
+
+def adaptive_oracle(x, nd, output_size):
+    """The oracle's adaptive pool (``None`` entries keep the input's size)."""
+    spatial = x.shape[x.ndim - nd :]
+    full = _per_axis(output_size, nd)
+    full = tuple(s if o is None else o for s, o in zip(spatial, full, strict=True))
+    return reference.adaptive_max_pool(x, full)
+
+
+def pool_ops(nd: int, kwargs: dict):
+    """``(forward, backward)`` of ``max_pool{nd}d`` with ``kwargs``, in the
+    form :func:`check_against_oracle` takes."""
+    fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
+    return (lambda x: fwd(x, **kwargs)), (
+        lambda g, x, i, **k: bwd(g, x, i, **kwargs, **k)
+    )
+
+
+def adaptive_ops(nd: int, output_size, options: dict):
+    """``(forward, backward)`` of ``adaptive_max_pool{nd}d``."""
+    fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
+    bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
+    return (
+        lambda x: fwd(x, output_size, **options),
+        lambda g, x, i, **k: bwd(g, x, i, **options, **k),
+    )
+
+
+def check_pool(nd, shape, kwargs, rng, dtype, **options) -> None:
+    """``max_pool{nd}d`` with ``kwargs`` against the oracle, bit for bit, on
+    every input kind at once (``options``: more keyword arguments)."""
+    x = make_planes(rng, shape, dtype)
+    forward, backward = pool_ops(nd, {**kwargs, **options})
+    want = pool_oracle(x, nd, **kwargs)
+    check_against_oracle(forward, backward, x, want, nd, rng, dtype)
+
+
+def check_adaptive(nd, shape, output_size, rng, dtype, **options) -> None:
+    """``adaptive_max_pool{nd}d`` against the oracle, as :func:`check_pool`."""
+    x = make_planes(rng, shape, dtype)
+    forward, backward = adaptive_ops(nd, output_size, options)
+    want = adaptive_oracle(x, nd, output_size)
+    check_against_oracle(forward, backward, x, want, nd, rng, dtype)
+
+
+def check_drawn(case: dict, **options) -> tuple:
+    """A drawn case of ``cases.pool_cases`` or ``cases.adaptive_cases`` in its
+    layout against the oracle, bit for bit; returns the oracle's result."""
+    nd, cl, dtype = case["nd"], case["channels_last"], case["dtype"]
+    rng = np.random.default_rng(case["seed"])
+    x = make_input(rng, case["shape"], dtype, case["kind"])
+    kw = dict(channels_last=cl, **options)
+    if "kernel" in case:
+        args = dict(
+            kernel_size=case["kernel"],
+            stride=case["stride"],
+            padding=case["padding"],
+            dilation=case["dilation"],
+            ceil_mode=case["ceil_mode"],
+        )
+        forward, backward = pool_ops(nd, {**args, **kw})
+        want = pool_oracle(x, nd, **args)
+    else:
+        forward, backward = adaptive_ops(nd, case["output_size"], kw)
+        want = adaptive_oracle(x, nd, case["output_size"])
+    if cl:  # the op sees channels-last arrays, the comparison channels-first
+        fwd, bwd = forward, backward
+
+        def first(a):
+            return jnp.moveaxis(a, -1, -nd - 1)
+
+        def last(a):
+            return jnp.moveaxis(a, -nd - 1, -1)
+
+        def forward(x):
+            return tuple(map(first, fwd(last(x))))
+
+        def backward(g, x, i, **k):
+            return first(bwd(last(g), last(x), last(i), **k))
+
+    check_against_oracle(forward, backward, x, want, nd, rng, dtype)
+    return want
+
+
+# The entry of PyTorch's fractional samples that drives each spatial axis (D,
+# H, W order): its 2-D kernel reads (W, H), its 3-D kernel (D, H, W).
+SAMPLE_AXIS = {2: (1, 0), 3: (0, 1, 2)}
+
+
+def fractional_samples(rng: np.random.Generator, shape, nd: int, dtype: str):
+    """Uniform samples ``(N, C, nd)`` for an input of ``shape`` (``(1, C,
+    nd)`` for an unbatched one), in ``dtype``."""
+    lead = (1, shape[0]) if len(shape) == nd + 1 else shape[:2]
+    return rng.random((*lead, nd)).astype(np_dtype(dtype))
+
+
+def fractional_oracle(x, kernel, samples, out):
+    """The oracle's fractional pool, the starts drawn from PyTorch-ordered
+    ``samples`` ``(N, C, nd)``."""
+    nd = len(kernel)
+    spatial = x.shape[x.ndim - nd :]
+    starts = [
+        reference.fractional_starts(samples[..., SAMPLE_AXIS[nd][a]], *sizes)
+        for a, sizes in enumerate(zip(spatial, out, kernel, strict=True))
+    ]
+    return reference.fractional_max_pool(x, kernel, starts)
+
+
+def compare_torch(torch, forward, torch_forward, backward, x, nd, rng, dtype) -> None:
+    """Values and indices identical to torch's; gradients within rounding.
+
+    ``forward(x)`` and ``backward(g, x, indices, **kw)`` are jaxpool's,
+    ``torch_forward(xt)`` torch's ``(values, indices)``. The comparison is
+    ``jaxpool.verify.compare`` with torch's values and indices as the wanted
+    ones (the gradient through ``jax.vjp``, the backward op and the gather
+    backward against a float64 scatter at them, within the bound of
+    accumulating and rounding once), and besides: the backward op driven by
+    torch's own int64 indices equals the gradient, and the gradient is within
+    one rounding of torch's (float32, float64) or of a float64 scatter (16-bit:
+    torch's CPU backward accumulates in 16 bits).
+    """
+    xt = to_torch(torch, x).requires_grad_()
+    tv, ti = torch_forward(xt)
+    g = rng.standard_normal(tv.shape).astype(np_dtype(dtype))
+    # torch's CPU backward does not bounds-check: an out-of-plane index writes
+    # into the next plane (or past the buffer). We drop it (docs/semantics.md),
+    # so compare such gradients with the oracle only, and never run torch's
+    # backward there.
+    spatial = x.shape[x.ndim - nd :]
+    in_plane = bool((ti < np.prod(spatial)).all())
+    if in_plane:
+        tv.backward(to_torch(torch, g))
+    want = (from_torch(torch, tv), ti.numpy().astype(np.int32))
+    outcome = verify.compare(forward, backward, x, want, g, nd, exact=False)
+    failed = [
+        f"{c.name}: {c.error:g} {c.where}" for c in outcome.checks if not c.passed
+    ]
+    assert not failed, failed
+    with precision(dtype):
+        # Indices straight from torch (int64) drive our backward to the same place.
+        standalone = backward(g, x, ti.numpy())
+    assert_same(standalone, outcome.grad, "backward from torch's indices")
+    if in_plane and dtype in ("float32", "float64"):
+        assert_close(outcome.grad, from_torch(torch, xt.grad), dtype, "grad vs torch")
+    else:
+        exact = reference.scatter_add(g, ti.numpy(), spatial)
+        assert_close(outcome.grad, exact, dtype, "grad vs float64 scatter")
+
+
+def lowered(f, args: tuple, platform: str) -> str:
+    """The StableHLO text of ``jit(f)`` lowered for ``platform``."""
+    return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import require
 
+# The full tier (tests/conftest.py): the benchmarks run for a while.
+pytestmark = pytest.mark.full
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 

@@ -43,6 +43,9 @@ from jaxpool import _platform
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import compiled
 
+# The full tier (tests/conftest.py): compiling for an H200 and a v5e takes minutes.
+pytestmark = pytest.mark.full
+
 BENCHMARKS = Path(compiled.__file__).resolve().parent
 
 # (shape, pool arguments, adaptive output size) per number of spatial axes:

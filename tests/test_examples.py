@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import require
+
+# The full tier (tests/conftest.py): the examples train for a while.
+pytestmark = pytest.mark.full
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

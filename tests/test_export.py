@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cases import ALGORITHMS, PROGRAM_OPS, programs
 from helpers import (
     assert_same,
     count_primitive,
+    lowered,
     make_input,
     platform_forms,
     require,
@@ -37,91 +39,6 @@ import jaxpool
 ACCELERATORS = ("cuda", "tpu")
 
 
-class Op(NamedTuple):
-    """A public op on one input: ``forward(x) -> outputs`` and, for the pools,
-    ``backward(g, x, indices, algorithm) -> grad``."""
-
-    shape: tuple[int, ...]
-    forward: Callable[..., Any]
-    backward: Callable[..., Any] | None
-    strided: bool  # regular windows: no gather in the accelerator forward
-
-
-def _pool(nd: int, *args: Any) -> Op:
-    fwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
-    bwd = getattr(jaxpool, f"max_pool{nd}d_with_argmax_backward")
-    return Op(
-        (2, 3, *(9, 10, 11)[3 - nd :]),
-        lambda x, **kw: fwd(x, *args, **kw),
-        lambda g, x, i, **kw: bwd(g, x, i, *args, **kw),
-        True,
-    )
-
-
-def _adaptive(nd: int, out: Any) -> Op:
-    fwd = getattr(jaxpool, f"adaptive_max_pool{nd}d")
-    bwd = getattr(jaxpool, f"adaptive_max_pool{nd}d_backward")
-    return Op(
-        (2, 3, *(9, 10, 11)[3 - nd :]),
-        lambda x, **kw: fwd(x, out, **kw),
-        lambda g, x, i, **kw: bwd(g, x, i, **kw),
-        False,
-    )
-
-
-def _unpool(nd: int) -> Op:
-    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
-    unpool = getattr(jaxpool, f"max_unpool{nd}d")
-    spatial = (8, 10, 12)[3 - nd :]
-
-    def forward(x):
-        values, indices = pool(x, 2)
-        return unpool(values, indices, 2, output_size=spatial)
-
-    return Op((2, 3, *spatial), forward, None, False)
-
-
-OPS = {
-    "max_pool1d k3 s2 p1": _pool(1, 3, 2, 1),
-    "max_pool2d k3 s2 p1": _pool(2, 3, 2, 1),
-    "max_pool3d k3 s2 p1": _pool(3, 3, 2, 1),
-    "max_pool3d k2 s2": _pool(3, 2, 2),
-    "max_pool3d k4 s1 p2 (axis passes)": _pool(3, 4, 1, 2),
-    "max_pool2d k2 s1 p1 d3 (empty windows)": _pool(2, 2, 1, 1, 3),
-    "adaptive_max_pool1d 11->4": _adaptive(1, 4),
-    "adaptive_max_pool2d 10x11->3x4": _adaptive(2, (3, 4)),
-    "adaptive_max_pool3d 9x10x11->2x3x4": _adaptive(3, (2, 3, 4)),
-    "max_unpool1d": _unpool(1),
-    "max_unpool2d": _unpool(2),
-    "max_unpool3d": _unpool(3),
-}
-POOLS = {name: op for name, op in OPS.items() if op.backward is not None}
-ALGORITHMS = ["auto", "scatter", "gather"]
-
-
-def lowered(f: Callable[..., Any], args: tuple[Any, ...], platform: str) -> str:
-    return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()
-
-
-def _programs(name: str) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
-    """The forward, each standalone backward and ``jax.grad`` with each
-    algorithm of one op, as ``(function, arguments)``."""
-    op = OPS[name]
-    x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
-    programs = {"forward": (op.forward, (x,))}
-    if op.backward is None:  # an unpool: its gradient is a gather
-        programs["grad"] = (jax.grad(lambda x: jnp.sum(op.forward(x) ** 2)), (x,))
-        return programs
-    out = jax.eval_shape(op.forward, x)[0]
-    g, i = out, jax.ShapeDtypeStruct(out.shape, jnp.int32)
-    for a in ALGORITHMS:
-        backward = (lambda g, i, a=a: op.backward(g, x, i, algorithm=a), (g, i))
-        programs[f"backward {a}"] = backward
-        loss = lambda x, a=a: jnp.sum(op.forward(x, algorithm=a)[0] ** 2)  # noqa: E731
-        programs[f"grad {a}"] = (jax.grad(loss), (x,))
-    return programs
-
-
 def _marks(text: str) -> dict[str, bool]:
     """Which CPU-only forms a lowered program holds."""
     scatters = re.findall(r'"stablehlo\.scatter".*', text)
@@ -132,11 +49,11 @@ def _marks(text: str) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("platform", ACCELERATORS)
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", PROGRAM_OPS)
 def test_accelerator_programs_hold_no_cpu_form(name, platform):
     """Every program of every op lowers for the accelerator, without the
     CPU's fusion boundary or flat scatter (each present on CPU, below)."""
-    for program, (f, args) in _programs(name).items():
+    for program, (f, args) in programs(name).items():
         text = lowered(f, args, platform)
         marks = {mark for mark, found in _marks(text).items() if found}
         assert not marks, (program, marks)
@@ -146,19 +63,19 @@ def test_cpu_programs_hold_the_cpu_forms():
     """The negative control: the same checks find each CPU form in the CPU
     programs, so they can fail."""
     found = set()
-    for name in OPS:
-        for f, args in _programs(name).values():
+    for name in PROGRAM_OPS:
+        for f, args in programs(name).values():
             found |= {m for m, hit in _marks(lowered(f, args, "cpu")).items() if hit}
     assert found == set(_marks(""))
 
 
 @pytest.mark.parametrize("platform", ACCELERATORS)
-@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.strided])
+@pytest.mark.parametrize("name", [n for n, op in PROGRAM_OPS.items() if op.strided])
 def test_accelerator_forward_of_strided_windows_has_no_gather(name, platform):
     """The values are carried through the scan with the index (no read-back
     gather, which a TPU does not have and a GPU pays as a second pass), and no
     phase-split copy is built; the CPU program has the read-back."""
-    op = OPS[name]
+    op = PROGRAM_OPS[name]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     text = lowered(op.forward, (x,), platform)
     assert '"stablehlo.gather"' not in text
@@ -167,7 +84,7 @@ def test_accelerator_forward_of_strided_windows_has_no_gather(name, platform):
 
 
 def test_cpu_forward_splits_phases_where_it_pays():
-    op = OPS["max_pool3d k3 s2 p1"]
+    op = PROGRAM_OPS["max_pool3d k3 s2 p1"]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     assert "stablehlo.concatenate" in lowered(op.forward, (x,), "cpu")
 
@@ -218,7 +135,7 @@ def flatbuffers():
 
 @pytest.mark.parametrize("name", EXPORTED)
 def test_export_for_three_platforms_equals_the_direct_call(flatbuffers, name):
-    op = OPS[name]
+    op = PROGRAM_OPS[name]
     x = make_input(rng_for("export", name), op.shape, "float32", "ties")
     rehydrated = _export(op.forward, x)
     assert rehydrated.platforms == ("cpu", "cuda", "tpu")
@@ -235,7 +152,7 @@ def test_export_for_three_platforms_equals_the_direct_call(flatbuffers, name):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_exported_backward_equals_the_direct_call(flatbuffers, algorithm):
-    op = OPS["max_pool2d k3 s2 p1"]
+    op = PROGRAM_OPS["max_pool2d k3 s2 p1"]
     x = make_input(rng_for("export-bwd"), op.shape, "float32", "ties")
     values, indices = op.forward(x)
     g = jnp.asarray(np.arange(values.size, dtype=np.float32).reshape(values.shape))
@@ -247,10 +164,11 @@ def test_exported_backward_equals_the_direct_call(flatbuffers, algorithm):
     assert_same(rehydrated.call(g, indices), backward(g, indices))
 
 
+@pytest.mark.full  # symbolic shapes compile slowly
 @pytest.mark.parametrize("name", EXPORTED)
 def test_symbolic_batch_dimension(flatbuffers, name):
     """One exported program serves every batch size; a training step too."""
-    op = OPS[name]
+    op = PROGRAM_OPS[name]
     shape = export.symbolic_shape(", ".join(["b", *map(str, op.shape[1:])]))
     x_spec = jax.ShapeDtypeStruct(shape, jnp.float32)
 

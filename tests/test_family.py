@@ -1,5 +1,6 @@
-"""The whole family: 1-D/2-D pools, 1-D/3-D adaptive pools, padding forms,
-channels-last layouts, against the NumPy oracle, exactly."""
+"""The whole family's argument forms: padding strings and pairs, and the
+channels-last layouts, against ``lax.reduce_window``, the oracle and the
+channels-first ops (the oracle grids are in tests/test_oracle.py)."""
 
 from __future__ import annotations
 
@@ -7,161 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import (
-    INPUT_KINDS,
-    assert_same,
-    check_against_oracle,
-    cotangent,
-    make_input,
-    rng_for,
-)
+from helpers import assert_same, cotangent, make_input, rng_for
 from jax import lax
 
 import jaxpool
 from jaxpool import reference
-
-POOL = {
-    1: jaxpool.max_pool1d_with_argmax,
-    2: jaxpool.max_pool2d_with_argmax,
-    3: jaxpool.max_pool3d_with_argmax,
-}
-POOL_BWD = {
-    1: jaxpool.max_pool1d_with_argmax_backward,
-    2: jaxpool.max_pool2d_with_argmax_backward,
-    3: jaxpool.max_pool3d_with_argmax_backward,
-}
-ADAPTIVE = {
-    1: jaxpool.adaptive_max_pool1d,
-    2: jaxpool.adaptive_max_pool2d,
-    3: jaxpool.adaptive_max_pool3d,
-}
-ADAPTIVE_BWD = {
-    1: jaxpool.adaptive_max_pool1d_backward,
-    2: jaxpool.adaptive_max_pool2d_backward,
-    3: jaxpool.adaptive_max_pool3d_backward,
-}
-
-# (nd, shape, kernel, stride, padding, dilation, ceil_mode); padding in the
-# oracle's form (an int or a (lo, hi) pair per axis).
-POOL_CONFIGS = {
-    "1d-k2": (1, (2, 3, 9), (2,), (2,), (0,), (1,), False),
-    "1d-k3-s2-p1-ceil": (1, (2, 3, 10), (3,), (2,), (1,), (1,), True),
-    "1d-dilation3-empty-window": (1, (1, 2, 2), (2,), (1,), (1,), (3,), False),
-    "1d-2d-input": (1, (3, 7), (4,), (3,), (2,), (1,), True),
-    "2d-k2": (2, (2, 3, 6, 7), (2, 2), (2, 2), (0, 0), (1, 1), False),
-    "2d-k3-s1-p1": (2, (1, 2, 6, 7), (3, 3), (1, 1), (1, 1), (1, 1), False),
-    "2d-mixed-ceil": (2, (1, 2, 7, 8), (3, 2), (2, 3), (1, 1), (2, 1), True),
-    "2d-3d-input": (2, (4, 5, 5), (2, 3), (1, 2), (1, 0), (1, 1), False),
-    # Windows with no in-bounds tap whose index (the first non-negative tap,
-    # out of bounds along W) aliases an element of the next row: -inf, and the
-    # gradient goes where the index points (found by hypothesis).
-    "2d-empty-window-aliases": (2, (2, 3, 2, 1), (1, 2), (1, 1), (0, 1), (1, 2), False),
-    "2d-empty-window-aliases-in-span": (
-        2,
-        (2, 3, 3, 2),
-        (2, 2),
-        (1, 1),
-        (1, 1),
-        (3, 3),
-        False,
-    ),
-    "2d-asymmetric-pairs": (
-        2,
-        (1, 2, 6, 7),
-        (3, 2),
-        (2, 1),
-        ((0, 2), (1, 0)),
-        (1, 1),
-        False,
-    ),
-    "3d-asymmetric-ceil": (
-        3,
-        (1, 2, 5, 6, 5),
-        (2, 3, 2),
-        (2, 2, 2),
-        ((1, 0), (0, 2), (1, 1)),
-        (1, 1, 1),
-        True,
-    ),
-}
-
-
-def _pool_kwargs(kernel, stride, padding, dilation, ceil_mode):
-    return dict(
-        kernel_size=kernel,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        ceil_mode=ceil_mode,
-    )
-
-
-# Every input kind, each in one of two dtypes (the 3-D grid in
-# test_max_pool3d.py crosses all four dtypes with every kind).
-DTYPE_KINDS = [
-    ("float32", "random"),
-    ("bfloat16", "ties"),
-    ("float32", "nan"),
-    ("bfloat16", "inf"),
-]
-assert {k for _, k in DTYPE_KINDS} == set(INPUT_KINDS)
-
-
-def check_pool(nd, shape, args, rng, dtype, kind, **options):
-    """A strided pool, ``args`` in the oracle's form, against the oracle on an
-    input of ``kind`` (``options``: more keyword arguments of the ops)."""
-    x = make_input(rng, shape, dtype, kind)
-    kwargs = {**_pool_kwargs(*args), **options}
-    check_against_oracle(
-        lambda x: POOL[nd](x, **kwargs),
-        lambda g, x, i, **kw: POOL_BWD[nd](g, x, i, **kwargs, **kw),
-        x,
-        reference.max_pool(x, *args),
-        nd,
-        rng,
-        dtype,
-    )
-
-
-def check_adaptive(nd, shape, output_size, rng, dtype, kind, **options):
-    """An adaptive pool against the oracle, as :func:`check_pool`."""
-    x = make_input(rng, shape, dtype, kind)
-    spatial = shape[len(shape) - nd :]
-    full = (output_size,) * nd if isinstance(output_size, int) else output_size
-    full = tuple(s if o is None else o for s, o in zip(spatial, full, strict=True))
-    check_against_oracle(
-        lambda x: ADAPTIVE[nd](x, output_size, **options),
-        lambda g, x, i, **kw: ADAPTIVE_BWD[nd](g, x, i, **options, **kw),
-        x,
-        reference.adaptive_max_pool(x, full),
-        nd,
-        rng,
-        dtype,
-    )
-
-
-@pytest.mark.parametrize("dtype, kind", DTYPE_KINDS)
-@pytest.mark.parametrize("name", POOL_CONFIGS)
-def test_pool_matches_oracle_exactly(name, dtype, kind):
-    nd, shape, *args = POOL_CONFIGS[name]
-    check_pool(nd, shape, args, rng_for(name, dtype, kind), dtype, kind)
-
-
-ADAPTIVE_CONFIGS = {
-    "1d-non-integer": (1, (2, 3, 10), (4,)),
-    "1d-upsample": (1, (3, 5), (7,)),
-    "1d-one-element-upsample": (1, (2, 3, 1), (3,)),  # found by hypothesis
-    "3d-non-integer": (3, (1, 2, 5, 7, 6), (3, 4, 4)),
-    "3d-uniform-4d-input": (3, (2, 4, 6, 8), (2, 3, 4)),
-}
-
-
-@pytest.mark.parametrize("dtype, kind", DTYPE_KINDS)
-@pytest.mark.parametrize("name", ADAPTIVE_CONFIGS)
-def test_adaptive_matches_oracle_exactly(name, dtype, kind):
-    nd, shape, out = ADAPTIVE_CONFIGS[name]
-    check_adaptive(nd, shape, out, rng_for(name, dtype, kind), dtype, kind)
-
 
 # ------------------------------------------------------------ padding forms
 

@@ -11,14 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cases import DTYPES, FRACTIONAL_WINDOWS, TORCH_FRACTIONAL
 from helpers import (
-    DTYPES,
-    INPUT_KINDS,
     assert_same,
-    check_against_oracle,
     cotangent,
+    fractional_oracle,
+    fractional_samples,
     from_torch,
     make_input,
+    make_planes,
     np_dtype,
     precision,
     require,
@@ -34,8 +35,6 @@ BACKWARD = {
     2: jaxpool.fractional_max_pool2d_backward,
     3: jaxpool.fractional_max_pool3d_backward,
 }
-# The entry of PyTorch's samples that drives each spatial axis (D, H, W order).
-SAMPLE_AXIS = {2: (1, 0), 3: (0, 1, 2)}
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +65,11 @@ def critical_samples(dtype: str, size: int, out: int, k: int) -> np.ndarray:
     return found[(found >= 0) & (found < 1)]
 
 
-def oracle(x, kernel, samples, out):
-    """The oracle's pool, the starts drawn from PyTorch-ordered ``samples``."""
-    nd = len(kernel)
-    spatial = x.shape[x.ndim - nd :]
-    starts = [
-        reference.fractional_starts(samples[..., SAMPLE_AXIS[nd][a]], *sizes)
-        for a, sizes in enumerate(zip(spatial, out, kernel, strict=True))
-    ]
-    return reference.fractional_max_pool(x, kernel, starts)
-
-
 # ------------------------------------------------------------------ windows
 
 # (size, out, kernel): the last rows give repeated starts in bfloat16 (and
 # float16 past 2048), where more than `kernel` windows cover a position.
-WINDOWS = [(5, 3, 2), (25, 12, 3), (37, 19, 3), (61, 40, 2), (10, 1, 3), (300, 290, 2)]
+WINDOWS = FRACTIONAL_WINDOWS
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -141,6 +129,7 @@ def test_oracle_starts_equal_torch(torch, dtype, size, out, k):
     np.testing.assert_array_equal(reference.fractional_starts(u, size, out, k), want)
 
 
+@pytest.mark.full  # the oracle's starts for every bfloat16 sample: 20 s
 def test_repeated_16bit_starts_cover_more_windows_than_the_kernel():
     """Why the deterministic backward cannot bound the covering windows by
     ``kernel_size``: in bfloat16, ``300 -> 290`` with ``k = 2`` repeats starts."""
@@ -162,55 +151,19 @@ def test_starts_past_the_last_are_clipped_where_torch_fails_its_assertion(torch)
     starts = reference.fractional_starts(u[0, :, 0], 898, 894, 2)
     assert starts.max() == 896 and (starts[0, -3:] == 896).all()
     got = jaxpool.fractional_max_pool2d(x, (1, 2), (1, 894), samples=u)
-    want = oracle(x, (1, 2), u, (1, 894))
+    want = fractional_oracle(x, (1, 2), u, (1, 894))
     assert_same(got[0], want[0])
     assert_same(got[1], want[1])
 
 
 # ------------------------------------------------------------------ oracle
 
-# (nd, shape, kernel, output_size)
-CONFIGS = {
-    "2d-k2": (2, (2, 3, 9, 8), (2, 2), (5, 4)),
-    "2d-k3-mixed": (2, (1, 2, 11, 13), (3, 2), (6, 9)),
-    "2d-out1": (2, (2, 2, 5, 6), (2, 3), (1, 2)),
-    "2d-tight": (2, (1, 3, 7, 7), (2, 2), (6, 6)),  # alpha = 1: stride 1
-    "2d-unbatched": (2, (3, 10, 9), (2, 2), (4, 5)),
-    "3d-k2": (3, (1, 2, 7, 8, 9), (2, 2, 2), (3, 4, 5)),
-    "3d-mixed-unbatched": (3, (2, 6, 5, 9), (3, 1, 2), (3, 4, 4)),
-}
-
-
-def _samples(rng, shape, nd, dtype):
-    lead = (1, shape[0]) if len(shape) == nd + 1 else shape[:2]
-    return rng.random((*lead, nd)).astype(np_dtype(dtype))
-
-
-@pytest.mark.parametrize("kind", INPUT_KINDS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CONFIGS)
-def test_matches_oracle_exactly(name, dtype, kind):
-    nd, shape, kernel, out = CONFIGS[name]
-    rng = rng_for("fractional", name, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    samples = _samples(rng, shape, nd, dtype)
-    planes = samples[0] if len(shape) == nd + 1 else samples
-    check_against_oracle(
-        lambda x: POOL[nd](x, kernel, out, samples=samples),
-        BACKWARD[nd],
-        x,
-        oracle(x, kernel, planes, out),
-        nd,
-        rng,
-        dtype,
-    )
-
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_channels_last_and_ratio_forms_equal_the_channels_first_op(dtype):
     rng = rng_for("layouts", dtype)
     x = make_input(rng, (2, 3, 10, 11), dtype, "ties")
-    samples = _samples(rng, x.shape, 2, dtype)
+    samples = fractional_samples(rng, x.shape, 2, dtype)
     want = jaxpool.fractional_max_pool2d(x, 2, (5, 5), samples=samples)
     cl = jaxpool.fractional_max_pool2d(
         np.moveaxis(x, 1, -1), 2, (5, 5), samples=samples, channels_last=True
@@ -239,28 +192,15 @@ def torch_pool(torch, nd, x, kernel, out, samples):
     )
 
 
-# (nd, shape, kernel, output_size); wide planes give 16-bit windows that differ
-# from float32's and, in bfloat16, repeated starts.
-TORCH_CASES = [
-    (2, (2, 3, 9, 8), (2, 2), (5, 4)),
-    (2, (1, 4, 13, 11), (3, 2), (9, 5)),
-    (2, (3, 7, 9), (2, 3), (4, 4)),
-    (2, (1, 2, 5, 300), (2, 2), (3, 290)),
-    (3, (2, 2, 7, 8, 9), (2, 2, 3), (3, 4, 5)),
-    (3, (3, 6, 5, 7), (2, 1, 2), (4, 4, 3)),
-]
-
-
-@pytest.mark.parametrize("kind", INPUT_KINDS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", range(len(TORCH_CASES)))
-def test_matches_torch(torch, case, dtype, kind):
+@pytest.mark.parametrize("case", range(len(TORCH_FRACTIONAL)))
+def test_matches_torch(torch, case, dtype):
     """Values, indices and the gradient (small-integer cotangents: exact in
     any order and dtype) equal PyTorch's, from the same samples."""
-    nd, shape, kernel, out = TORCH_CASES[case]
-    rng = rng_for("fractional-torch", case, dtype, kind)
-    x = make_input(rng, shape, dtype, kind)
-    samples = _samples(rng, shape, nd, dtype)
+    nd, shape, kernel, out = TORCH_FRACTIONAL[case]
+    rng = rng_for("fractional-torch", case, dtype)
+    x = make_planes(rng, shape, dtype)
+    samples = fractional_samples(rng, x.shape, nd, dtype)
     xt = to_torch(torch, x).requires_grad_()
     tv, ti = torch_pool(torch, nd, xt, kernel, out, samples)
     g = cotangent(rng, tuple(tv.shape), dtype)
@@ -297,7 +237,7 @@ def test_gather_backward_equals_the_scatter_where_starts_repeat(dtype):
     kernel, and any in-plane index (not only each window's own) honoured."""
     rng = rng_for("repeats", dtype)
     x = make_input(rng, (2, 3, 4, 300), dtype, "ties")
-    samples = _samples(rng, x.shape, 2, dtype)
+    samples = fractional_samples(rng, x.shape, 2, dtype)
     _, indices = jaxpool.fractional_max_pool2d(x, 2, (3, 290), samples=samples)
     g = cotangent(rng, indices.shape, dtype)
     scatter = jaxpool.fractional_max_pool2d_backward(g, x, indices, algorithm="scatter")

@@ -1,6 +1,8 @@
 """``implementation="pallas"``: the Triton kernels, run here in Pallas's
-interpret mode, against the oracle and PyTorch; lowered for CUDA on a grid of
-configurations; and the choice ``implementation=None`` makes.
+interpret mode (the oracle grids, the sweeps and the torch comparisons run
+them as their ``pallas`` form: ``tests/test_oracle.py``, ``tests/test_torch.py``);
+lowered for CUDA on a grid of configurations; and the choice
+``implementation=None`` makes.
 
 On CPU the platform seam runs the kernels through Pallas's interpreter (the
 same kernel code, slow), so every rule of the semantics is checked here bit
@@ -14,67 +16,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-import test_adaptive as adaptive_grid
-import test_family as family_grid
-import test_max_pool3d as pool3d_grid
-import test_torch as torch_grid
-from helpers import (
-    DTYPES,
-    assert_same,
-    cotangent,
-    make_input,
-    require,
-    rng_for,
-)
-from hypothesis import given, settings
+from cases import DTYPES
+from helpers import assert_same, cotangent, make_input, rng_for
 from jax import export
-from test_properties import (
-    adaptive_cases,
-    check_adaptive_case,
-    check_pool_case,
-    pool_cases,
-)
 
 import jaxpool
 from jaxpool import _platform
 
+# The full tier (tests/conftest.py): the Pallas kernels are a kernel form.
+pytestmark = pytest.mark.full
+
 PALLAS = dict(implementation="pallas")
 TRITON = "__gpu$xla.gpu.triton"
-DTYPE_KINDS = family_grid.DTYPE_KINDS
-
-
-def _rotating(names):
-    """Each configuration with one (dtype, input kind) pair, in turn, and
-    float64 for a few (the interpreter is slow; every pair still meets many
-    configurations)."""
-    pairs = [*DTYPE_KINDS, ("float64", "nan"), ("float16", "inf")]
-    return [(name, *pairs[k % len(pairs)]) for k, name in enumerate(names)]
-
-
-@pytest.mark.parametrize("name, dtype, kind", _rotating(pool3d_grid.CONFIGS))
-def test_max_pool3d_matches_oracle(name, dtype, kind):
-    rng = rng_for("pallas", name, dtype, kind)
-    pool3d_grid.check_config(name, rng, dtype, kind, **PALLAS)
-
-
-@pytest.mark.parametrize("name, dtype, kind", _rotating(family_grid.POOL_CONFIGS))
-def test_max_pool_family_matches_oracle(name, dtype, kind):
-    nd, shape, *args = family_grid.POOL_CONFIGS[name]
-    rng = rng_for("pallas", name, dtype, kind)
-    family_grid.check_pool(nd, shape, args, rng, dtype, kind, **PALLAS)
-
-
-ADAPTIVE = {
-    **{name: (2, *rest[:2]) for name, rest in adaptive_grid.CONFIGS.items()},
-    **family_grid.ADAPTIVE_CONFIGS,
-}
-
-
-@pytest.mark.parametrize("name, dtype, kind", _rotating(ADAPTIVE))
-def test_adaptive_matches_oracle(name, dtype, kind):
-    nd, shape, output_size = ADAPTIVE[name]
-    rng = rng_for("pallas", name, dtype, kind)
-    family_grid.check_adaptive(nd, shape, output_size, rng, dtype, kind, **PALLAS)
 
 
 @pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
@@ -98,58 +51,6 @@ def test_layouts_and_16_bit_gradients_within_rounding(layout):
         g, x, indices, 3, 1, 1, **kw, algorithm="gather"
     )
     assert_same(pallas, xla, "pallas vs xla gather backward")
-
-
-@pytest.mark.parametrize("case", [0, 2, 5, 6])
-def test_max_pool3d_matches_torch(case):
-    torch = require("torch")
-    shape, kwargs = torch_grid.POOL3D[case]
-    rng = torch_grid._seed(14, case)
-    torch_grid.compare(
-        torch,
-        lambda x: jaxpool.max_pool3d_with_argmax(x, **kwargs, **PALLAS),
-        lambda xt: torch_grid.torch_pool3d(torch, xt, **kwargs),
-        lambda g, x, i: jaxpool.max_pool3d_with_argmax_backward(
-            g, x, i, **kwargs, algorithm="gather", **PALLAS
-        ),
-        make_input(rng, shape, "float32", "ties"),
-        3,
-        rng,
-        "float32",
-    )
-
-
-@pytest.mark.parametrize("case", [0, 2, 5])
-def test_adaptive_max_pool2d_matches_torch(case):
-    torch = require("torch")
-    shape, output_size = torch_grid.ADAPTIVE[case]
-    rng = torch_grid._seed(15, case)
-    torch_grid.compare(
-        torch,
-        lambda x: jaxpool.adaptive_max_pool2d(x, output_size, **PALLAS),
-        lambda xt: torch.nn.functional.adaptive_max_pool2d(
-            xt, output_size, return_indices=True
-        ),
-        lambda g, x, i: jaxpool.adaptive_max_pool2d_backward(
-            g, x, i, algorithm="gather", **PALLAS
-        ),
-        make_input(rng, shape, "float32", "nan"),
-        2,
-        rng,
-        "float32",
-    )
-
-
-@settings(max_examples=25)
-@given(pool_cases())
-def test_max_pool_sweep(case):
-    check_pool_case(case, **PALLAS)
-
-
-@settings(max_examples=25)
-@given(adaptive_cases())
-def test_adaptive_sweep(case):
-    check_adaptive_case(case, **PALLAS)
 
 
 # ------------------------------------------------------------- transforms

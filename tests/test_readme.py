@@ -17,7 +17,12 @@ from helpers import require
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-OPTIONAL = {"flax": "flax", "equinox": "equinox", "torch": "torch"}
+OPTIONAL = {
+    "flax": "flax",
+    "equinox": "equinox",
+    "torch": "torch",
+    "torchax": "torchax",
+}
 
 
 def _blocks(path: Path) -> list[str]:
@@ -85,7 +90,13 @@ def test_every_document_has_examples_and_every_expectation_a_block():
 
 @pytest.mark.parametrize(
     "path, k, block",
-    CASES,
+    [
+        # The compile-only TPU's examples (minutes) are in the full tier.
+        pytest.param(
+            *case, marks=pytest.mark.full if "libtpu" in _needs(case[2]) else ()
+        )
+        for case in CASES
+    ],
     ids=[f"{path.relative_to(ROOT)}-{k}" for path, k, _ in CASES],
 )
 def test_python_block_runs(path, k, block):

@@ -94,6 +94,7 @@ def test_checked_mode_needs_checkify_under_jit():
     assert "outside the plane" not in hlo
 
 
+@pytest.mark.full  # a plane of 2**24 elements: a minute
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_16bit_plane_past_2_24_gets_exact_int32_indices(dtype):
     """Offsets past 2**24 are not representable in float32 (let alone the input

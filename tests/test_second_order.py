@@ -153,8 +153,16 @@ CASES = {
     **_variant(algorithm="gather"),
     **_variant(implementation="pallas"),
 }
-FORWARD_OPS = [name for name in CASES if "backward" not in name]
-BACKWARD_OPS = [name for name in CASES if "backward" in name]
+
+
+def _tiered(names):
+    """The Pallas kernels (interpreted: slow) in the full tier."""
+    full = pytest.mark.full
+    return [pytest.param(n, marks=full if "pallas" in n else ()) for n in names]
+
+
+FORWARD_OPS = _tiered(name for name in CASES if "backward" not in name)
+BACKWARD_OPS = _tiered(name for name in CASES if "backward" in name)
 
 
 def _loss(case: Case, w: jax.Array):
@@ -162,7 +170,7 @@ def _loss(case: Case, w: jax.Array):
     return lambda a: jnp.sum(w * case.fn(a) ** 3)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", _tiered(CASES))
 def test_hessian_and_hvp_equal_reverse_over_reverse(name):
     with jax.enable_x64(True):
         case = CASES[name]()

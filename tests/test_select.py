@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cases import INPUT_KINDS
 from helpers import (
-    INPUT_KINDS,
     assert_same,
     cotangent,
     count_primitive,
@@ -31,6 +31,9 @@ from jax import lax
 import jaxpool
 from jaxpool import _select, reference
 from jaxpool._windows import AxisWindows, PoolSpec
+
+# The full tier (tests/conftest.py): the TPU's select-and-scatter is a kernel form.
+pytestmark = pytest.mark.full
 
 DTYPES_16 = ["bfloat16", "float16"]
 

@@ -4,9 +4,10 @@ On a TPU the platform seam emits forms of its own (``jaxpool._tpu``): the
 forward as one variadic window reduction over the input and a code of each
 element's position, the deterministic backward as per-tap selects placed by
 stride phase. ``platform_forms("tpu")`` makes the seam emit those forms on
-CPU, so the oracle grids of every op family and the property sweeps check
-them bit for bit here (``tests/test_tpu_programs.py`` checks that they are
-what a TPU gets).
+CPU: here the parts of those forms that the oracle grids and the sweeps
+(``tests/test_oracle.py``, form ``tpu``) would not reach (each width of the
+position codes, the order of the backward's sums, grad of grad);
+``tests/test_tpu_programs.py`` checks that they are what a TPU gets.
 """
 
 from __future__ import annotations
@@ -15,31 +16,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import test_family as family_grid
-from helpers import assert_same, make_input, platform_forms, rng_for
+from helpers import assert_same, make_input, make_planes, platform_forms, rng_for
 
 import jaxpool
 from jaxpool import _tpu
 from jaxpool._windows import AxisWindows
 
-DTYPE_KINDS = family_grid.DTYPE_KINDS
+# Every test here runs with the TPU's forms (tests/conftest.py); the oracle
+# grids and the sweeps run them as their ``tpu`` form (tests/test_oracle.py).
+pytestmark = [pytest.mark.forms("tpu"), pytest.mark.full]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def tpu_forms():
-    with platform_forms("tpu"):
-        yield
-
-
-# The accelerators' oracle grids and property sweeps, collected here again, so
-# that they run under this module's fixture: with the TPU's forms.
-from test_accelerator_forms import (  # noqa: E402, F401
-    test_adaptive_family,
-    test_adaptive_sweep,
-    test_max_pool3d,
-    test_max_pool_family,
-    test_max_pool_sweep,
-)
 
 # The codes take the smallest integer type that names every position of a
 # window (int8, int16), or flat int32 positions past 16 bits; each width must
@@ -53,11 +39,10 @@ CODE_WIDTHS = {
 }
 
 
-@pytest.mark.parametrize("kind", ["ties", "nan", "inf"])
 @pytest.mark.parametrize("name", CODE_WIDTHS)
-def test_every_code_width_chooses_as_the_scan(name, kind):
+def test_every_code_width_chooses_as_the_scan(name):
     shape, args = CODE_WIDTHS[name]
-    x = make_input(rng_for("tpu-codes", name, kind), shape, "float32", kind)
+    x = make_planes(rng_for("tpu-codes", name), shape, "float32")
     values, indices = jaxpool.max_pool3d_with_argmax(x, *args)  # the TPU form
     with platform_forms("cpu"):
         want = jaxpool.max_pool3d_with_argmax(x, *args)

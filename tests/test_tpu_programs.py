@@ -14,7 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-from test_export import OPS, POOLS, _programs, lowered
+from cases import PROGRAM_OPS, PROGRAM_POOLS, programs
+from helpers import lowered
 
 DENSE = [  # regular windows, dilation 1: the dense backward, no gather
     "max_pool1d k3 s2 p1",
@@ -23,7 +24,7 @@ DENSE = [  # regular windows, dilation 1: the dense backward, no gather
     "max_pool3d k2 s2",
     "max_pool3d k4 s1 p2 (axis passes)",
 ]
-POOL_FORWARDS = [name for name in OPS if not name.startswith("max_unpool")]
+POOL_FORWARDS = [name for name in PROGRAM_OPS if not name.startswith("max_unpool")]
 
 
 def _holds(text: str, op: str) -> bool:
@@ -32,7 +33,7 @@ def _holds(text: str, op: str) -> bool:
 
 @pytest.mark.parametrize("name", POOL_FORWARDS)
 def test_tpu_forward_is_one_window_reduction(name):
-    op = OPS[name]
+    op = PROGRAM_OPS[name]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     text = lowered(op.forward, (x,), "tpu")
     assert text.count("stablehlo.reduce_window") == 1
@@ -42,18 +43,18 @@ def test_tpu_forward_is_one_window_reduction(name):
 
 def test_other_forwards_hold_no_window_reduction():
     """The negative control: the CUDA and CPU forwards scan the taps."""
-    op = OPS["max_pool3d k3 s2 p1"]
+    op = PROGRAM_OPS["max_pool3d k3 s2 p1"]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     for platform in ("cuda", "cpu"):
         assert "stablehlo.reduce_window" not in lowered(op.forward, (x,), platform)
 
 
-@pytest.mark.parametrize("name", POOLS)
+@pytest.mark.parametrize("name", PROGRAM_POOLS)
 def test_tpu_gradients_hold_no_scatter(name):
     """The deterministic gather (in ``jax.grad`` and standalone) holds no
     scatter, nor does ``jax.grad``'s ``auto`` where the TPU has its dense
     form; ``algorithm="scatter"`` is the scatter, as asked."""
-    for program, (f, args) in _programs(name).items():
+    for program, (f, args) in programs(name).items():
         text = lowered(f, args, "tpu")
         deterministic = program in ("grad gather", "backward gather")
         if deterministic or (program == "grad auto" and name in DENSE):
@@ -64,7 +65,7 @@ def test_tpu_gradients_hold_no_scatter(name):
 
 @pytest.mark.parametrize("name", DENSE)
 def test_tpu_dense_backward_holds_no_gather(name):
-    for program, (f, args) in _programs(name).items():
+    for program, (f, args) in programs(name).items():
         if program.startswith("grad") or program == "backward gather":
             text = lowered(f, args, "tpu")
             assert not _holds(text, "gather"), program
@@ -75,10 +76,10 @@ def test_other_gradients_hold_the_forms_the_tpu_leaves_out():
     """The negative controls: the CUDA gradient with ``algorithm="scatter"``
     scatters and its gather backward gathers; on a TPU a standalone scatter
     backward (indices from anywhere) still scatters."""
-    programs = _programs("max_pool3d k3 s2 p1")
-    f, args = programs["grad scatter"]
+    found = programs("max_pool3d k3 s2 p1")
+    f, args = found["grad scatter"]
     assert _holds(lowered(f, args, "cuda"), "scatter")
-    f, args = programs["backward gather"]
+    f, args = found["backward gather"]
     assert _holds(lowered(f, args, "cuda"), "gather")
-    f, args = programs["backward scatter"]
+    f, args = found["backward scatter"]
     assert _holds(lowered(f, args, "tpu"), "scatter")

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cases import UNPOOLS
 from helpers import (
     assert_same,
     cotangent,
@@ -27,15 +28,7 @@ POOL = {
 }
 UNPOOL = {1: jaxpool.max_unpool1d, 2: jaxpool.max_unpool2d, 3: jaxpool.max_unpool3d}
 
-# (nd, input shape, pool kwargs): disjoint windows, overlapping windows (equal
-# indices), an output larger than the pooled input's extent (ceil_mode).
-CASES = [
-    (1, (2, 3, 9), dict(kernel_size=2)),
-    (2, (2, 3, 7, 8), dict(kernel_size=2, stride=2)),
-    (2, (1, 2, 7, 7), dict(kernel_size=3, stride=1, padding=1)),
-    (3, (2, 2, 5, 6, 7), dict(kernel_size=2, stride=2, ceil_mode=True)),
-    (3, (1, 3, 5, 5, 5), dict(kernel_size=3, stride=2, padding=1)),
-]
+CASES = UNPOOLS
 IDS = [f"{nd}d-{shape}-{kw}" for nd, shape, kw in CASES]
 
 

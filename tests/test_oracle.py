@@ -1,0 +1,151 @@
+"""Every op against the NumPy oracle, exactly, in every kernel form.
+
+The grids of ``cases`` (strided, adaptive and fractional pools) and the
+property sweeps run under each form of ``helpers.FORMS``: the CPU's own, the
+other accelerators' and the TPU's (the seam emits them here on the CPU, so
+they are checked bit for bit; ``tests/test_export.py`` and
+``tests/test_tpu_programs.py`` check that they are what the accelerators get)
+and the Pallas kernels in Pallas's interpreter. Every input kind is in each
+call's planes (``helpers.make_planes``); forward values and indices, the
+gradient through ``jax.vjp``, the standalone backward op and the deterministic
+backward must equal the oracle bit for bit (``jaxpool.verify.compare``, the
+routine ``python -m jaxpool.verify`` runs). The CPU's forms are the quick
+tier; the others run with ``--full``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cases import ADAPTIVE, DTYPES, FRACTIONAL, POOLS, adaptive_cases, pool_cases
+from helpers import (
+    check_adaptive,
+    check_against_oracle,
+    check_drawn,
+    check_pool,
+    form_options,
+    fractional_oracle,
+    fractional_samples,
+    make_planes,
+    rng_for,
+)
+from hypothesis import event, given, settings
+
+import jaxpool
+
+FULL = pytest.mark.full
+
+
+def _grid(table):
+    """``(name, dtype, form)``: every dtype in the CPU's forms (float16 and
+    float64 in the full tier), float32 and bfloat16 in the accelerators' and
+    the TPU's, and one dtype per row, in turn, in Pallas's interpreter (slow)."""
+    params = []
+    for k, name in enumerate(table):
+        for dtype in DTYPES:
+            marks = () if dtype in ("float32", "bfloat16") else FULL
+            params.append(pytest.param(name, dtype, "cpu", marks=marks))
+        for form in ("default", "tpu"):
+            for dtype in ("float32", "bfloat16"):
+                params.append(pytest.param(name, dtype, form, marks=FULL))
+        params.append(pytest.param(name, DTYPES[k % len(DTYPES)], "pallas", marks=FULL))
+    return params
+
+
+@pytest.mark.parametrize("name, dtype, form", _grid(POOLS))
+def test_max_pool(name, dtype, form):
+    nd, shape, kwargs = POOLS[name]
+    check_pool(nd, shape, kwargs, rng_for(name, dtype), dtype, **form_options(form))
+
+
+@pytest.mark.parametrize("name, dtype, form", _grid(ADAPTIVE))
+def test_adaptive_max_pool(name, dtype, form):
+    nd, shape, output_size = ADAPTIVE[name]
+    rng = rng_for(name, dtype)
+    check_adaptive(nd, shape, output_size, rng, dtype, **form_options(form))
+
+
+@pytest.mark.parametrize(
+    "name, dtype, form", [p for p in _grid(FRACTIONAL) if p.values[2] != "pallas"]
+)
+def test_fractional_max_pool(name, dtype, form):
+    """Fractional pools have no Pallas kernel: the CPU's, accelerators' and
+    TPU's forms."""
+    nd, shape, kernel, out = FRACTIONAL[name]
+    rng = rng_for("fractional", name, dtype)
+    x = make_planes(rng, shape, dtype)
+    samples = fractional_samples(rng, x.shape, nd, dtype)
+    pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    backward = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    planes = samples[0] if len(shape) == nd + 1 else samples
+    check_against_oracle(
+        lambda x: pool(x, kernel, out, samples=samples),
+        backward,
+        x,
+        fractional_oracle(x, kernel, planes, out),
+        nd,
+        rng,
+        dtype,
+    )
+
+
+# The sweeps: fewer examples in the slower forms (each draws a new program).
+SWEEP_EXAMPLES = {"cpu": None, "default": 50, "tpu": 50, "pallas": 25}
+SWEEP_FORMS = [
+    "cpu",
+    *(pytest.param(form, marks=FULL) for form in ("default", "tpu", "pallas")),
+]
+
+
+def _sweep(form, run):
+    """``run`` as a hypothesis test in ``form``: the profile's examples in the
+    CPU's forms, fewer in the others."""
+    examples = SWEEP_EXAMPLES[form]
+    return run if examples is None else settings(max_examples=examples)(run)
+
+
+@pytest.mark.parametrize("form", SWEEP_FORMS)
+def test_max_pool_sweep(form):
+    """Random valid strided pools: shapes, every padding form, ceil_mode,
+    dilation, layouts, dtypes and input kinds (``--hypothesis-show-statistics``
+    shows what was drawn)."""
+
+    @given(pool_cases())
+    def run(case):
+        want = check_drawn(case, **form_options(form))
+        nd = case["nd"]
+        windows = zip(case["stride"], case["kernel"], case["dilation"], strict=True)
+        overlapping = any(s < d * (k - 1) + 1 for s, k, d in windows)
+        event(f"{nd}-d, {case['dtype']}, {case['kind']}")
+        event("overlapping windows" if overlapping else "disjoint windows")
+        pairs = any(isinstance(p, tuple) for p in case["padding"])
+        event("a (lo, hi) pair" if pairs else "ints")
+        event("channels-last" if case["channels_last"] else "channels-first")
+        if (want[1] >= _plane(case)).any():
+            event("a window with no in-bounds tap")
+
+    _sweep(form, run)()
+
+
+@pytest.mark.parametrize("form", SWEEP_FORMS)
+def test_adaptive_max_pool_sweep(form):
+    """Random adaptive pools, outputs smaller and larger than the input."""
+
+    @given(adaptive_cases())
+    def run(case):
+        want = check_drawn(case, **form_options(form))
+        spatial = case["shape"][-case["nd"] :]
+        full = want[0].shape[-case["nd"] :]
+        event(f"{case['nd']}-d")
+        uneven = any(s % o for s, o in zip(spatial, full, strict=True))
+        event("non-integer ratio" if uneven else "integer ratios")
+        larger = any(o > s for s, o in zip(spatial, full, strict=True))
+        event("output larger than input" if larger else "output not larger")
+
+    _sweep(form, run)()
+
+
+def _plane(case) -> int:
+    size = 1
+    for n in case["shape"][-case["nd"] :]:
+        size *= n
+    return size
