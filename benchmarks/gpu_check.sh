@@ -8,10 +8,12 @@
 #   OUT=gpu_out bash benchmarks/gpu_check.sh
 #
 # Writes 8 files under $OUT (the device tool returns at most 8):
-#   summary.txt          the machine, then the tests on the GPU: the Pallas
-#                        kernels compiled (tests/test_pallas.py) and the oracle
-#                        grids of XLA's accelerator forms, natively there
-#                        (tests/test_accelerator_forms.py)
+#   summary.txt          the machine, then the tests on the GPU (full tier):
+#                        the Pallas kernels compiled (tests/test_pallas.py, and
+#                        the oracle grids' pallas form) and the oracle grids
+#                        in the platform's own forms, XLA's accelerator forms
+#                        natively there (tests/test_oracle.py, its "cpu" form:
+#                        the seam's own choice, whatever the platform)
 #   gpu_max_pool3d.txt   xla vs pallas vs torch CUDA on the large shapes, with %
 #   gpu_max_pool3d.json  of a measured device copy's bandwidth (and the JSON);
 #                        the train step with auto, the scatter and the gather,
@@ -39,11 +41,12 @@ summary="$out/summary.txt"
 
 if [ "${GPU_CHECK_DRY:-0}" = 1 ]; then
   size=(--quick) device=cpu platform=cpu runs=3 calls=2
-  tests=(tests/test_pallas.py -k "bad_implementation or none_is_xla")
+  tests=(--full tests/test_pallas.py -k "bad_implementation or none_is_xla")
   compiled=(--quick --targets h200)
 else
   size=(--large) device=cuda platform=cuda runs=20 calls=10
-  tests=(tests/test_pallas.py tests/test_accelerator_forms.py -k "not sweep")
+  tests=(--full tests/test_pallas.py tests/test_oracle.py
+    -k "not sweep and not default and not tpu and not float64")
   compiled=(--targets gpu,h200 --programs "^(8x32x64³ k2 s2|8x32x64³ k3 s2 p1|2x32x96³ k3 s1 p1) ")
 fi
 

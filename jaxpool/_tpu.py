@@ -146,6 +146,37 @@ def _code_dtype(readings: list[_Reading]) -> Any:
     return None
 
 
+@functools.cache
+def _reciprocal(divisor: int, bound: int) -> tuple[int, int] | None:
+    """``(magic, shift)`` with ``x * magic >> shift == x // divisor`` for every
+    ``0 <= x < bound`` and no int32 overflow, checked exhaustively; ``None``
+    where there is none."""
+    shift = max(1, (bound * divisor).bit_length())
+    magic = -(-(1 << shift) // divisor)
+    x = np.arange(bound, dtype=np.int64)
+    if bound * magic >= 2**31 or not np.array_equal(x * magic >> shift, x // divisor):
+        return None
+    return magic, shift
+
+
+def _div(x: jax.Array, divisor: int, bound: int) -> jax.Array:
+    """``x // divisor`` for ``0 <= x < bound`` as a multiply and a shift (or a
+    shift alone): XLA's TPU compiler takes minutes over an integer division in
+    a reduction's body. Negative ``x`` gives a value that is never used."""
+    if divisor & (divisor - 1) == 0:
+        return x >> (divisor.bit_length() - 1)
+    found = _reciprocal(divisor, bound)
+    if found is None:
+        return x // divisor
+    magic, shift = found
+    return (x * magic) >> shift
+
+
+def _mod(x: jax.Array, divisor: int, bound: int) -> jax.Array:
+    """``x % divisor`` for ``0 <= x < bound``, as :func:`_div`."""
+    return x - _div(x, divisor, bound) * divisor
+
+
 def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
     """Whether code ``c`` names an earlier position than ``d`` in the same
     window. Flat positions compare as they are; codes compare axis by axis,
@@ -157,11 +188,16 @@ def _before(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
         return c < d
     c, d = c.astype(jnp.int32), d.astype(jnp.int32)
     before, weight = jnp.zeros(c.shape, bool), 1
+    codes = math.prod(r.modulus for r in readings)
     for r in reversed(readings):  # the last axis first: it has weight 1
         m = r.modulus
-        step = d // weight % m - c // weight % m
+
+        def residue(code: jax.Array, weight: int = weight, m: int = m) -> jax.Array:
+            return _mod(_div(code, weight, codes), m, -(-codes // weight))
+
+        step = residue(d) - residue(c)
         if r.circular:
-            step = jnp.remainder(step, m)
+            step = jnp.where(step < 0, step + m, step)  # mod m: step > -m
             earlier = (step >= 1) & (step <= m // 2)
         else:
             earlier = step > 0

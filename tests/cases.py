@@ -70,16 +70,6 @@ POOLS = {
     "3d-stride-gt-kernel": (3, (1, 2, 8, 7, 9), dict(kernel_size=2, stride=3)),
     "3d-4d-input": (3, (3, 6, 5, 6), dict(kernel_size=2, padding=1)),
     "3d-n0": (3, (0, 2, 4, 4, 4), dict(kernel_size=2)),
-    "3d-asymmetric-ceil": (
-        3,
-        (1, 2, 5, 6, 5),
-        dict(
-            kernel_size=(2, 3, 2),
-            stride=2,
-            padding=((1, 0), (0, 2), (1, 1)),
-            ceil_mode=True,
-        ),
-    ),
     "1d-k2": (1, (2, 3, 9), dict(kernel_size=2)),
     "1d-k3-s2-p1-ceil": (
         1,
@@ -131,6 +121,16 @@ POOLS = {
         2,
         (1, 2, 6, 7),
         dict(kernel_size=(3, 2), stride=(2, 1), padding=((0, 2), (1, 0))),
+    ),
+    "3d-asymmetric-ceil": (
+        3,
+        (1, 2, 5, 6, 5),
+        dict(
+            kernel_size=(2, 3, 2),
+            stride=2,
+            padding=((1, 0), (0, 2), (1, 1)),
+            ceil_mode=True,
+        ),
     ),
 }
 

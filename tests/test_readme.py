@@ -90,13 +90,7 @@ def test_every_document_has_examples_and_every_expectation_a_block():
 
 @pytest.mark.parametrize(
     "path, k, block",
-    [
-        # The compile-only TPU's examples (minutes) are in the full tier.
-        pytest.param(
-            *case, marks=pytest.mark.full if "libtpu" in _needs(case[2]) else ()
-        )
-        for case in CASES
-    ],
+    CASES,
     ids=[f"{path.relative_to(ROOT)}-{k}" for path, k, _ in CASES],
 )
 def test_python_block_runs(path, k, block):
