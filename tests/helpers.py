@@ -16,7 +16,7 @@ import pytest
 from cases import INPUT_KINDS
 
 import jaxpool
-from jaxpool import reference, verify
+from jaxpool import _platform, reference, verify
 
 NO_SKIP = os.environ.get("JAXPOOL_NO_SKIP") == "1"
 
@@ -137,6 +137,7 @@ FORMS = [
     pytest.param("pallas", marks=pytest.mark.full),
 ]
 _forms: list[str | None] = [None]  # the forms the seam now emits; None: its own
+_BY_PLATFORM = _platform.by_platform  # the seam's own
 
 
 def use_forms(which: str | None) -> None:
@@ -146,24 +147,16 @@ def use_forms(which: str | None) -> None:
     own takes the default. JAX's caches are cleared whenever the forms change,
     so that no program traced under one is reused under another (and only
     then: tests of one form that follow each other share their programs)."""
-    from jaxpool import _platform
-
     if which == _forms[0]:
         return
-    if _forms[0] is None:
-        _ORIGINAL[0] = _platform.by_platform
-    original = _ORIGINAL[0]
 
     def by_platform(emit, *args, **forms):
         form = forms.get(which)
         return emit(forms["default"] if form is None else form)(*args)
 
     jax.clear_caches()
-    _platform.by_platform = original if which is None else by_platform
+    _platform.by_platform = _BY_PLATFORM if which is None else by_platform
     _forms[0] = which
-
-
-_ORIGINAL: list = [None]
 
 
 @contextlib.contextmanager
