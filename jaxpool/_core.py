@@ -33,14 +33,19 @@ from ._checks import check_indices as _check_indices
 from ._planes import gather_at
 from ._windows import FractionalSpec, PoolSpec, split, with_spatial
 
+# JAX traces a custom_vjp's forward twice (its primal, then its forward rule):
+# the second trace is the first's jaxpr, from the jit cache.
+_forward = _platform.traced_once(_platform.forward, 1)
+_fractional_forward = _platform.traced_once(_platform.fractional_forward, 2)
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
-    return _platform.forward(x, spec)
+    return _forward(x, spec)
 
 
 def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
-    values, indices = _platform.forward(x, spec)
+    values, indices = _forward(x, spec)
     # The input too where a platform's backward reads it (see the docstring).
     kept = x if _platform.reads_input(spec, x) else None
     return (values, indices), (indices, kept)
@@ -71,13 +76,13 @@ _backward_jit = jax.jit(_platform.backward, static_argnums=(2, 3))
 def _fractional_pool(
     x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
 ) -> tuple[jax.Array, jax.Array]:
-    return _platform.fractional_forward(x, rows, spec)
+    return _fractional_forward(x, rows, spec)
 
 
 def _fractional_pool_fwd(
     x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
 ) -> tuple[Any, jax.Array]:
-    values, indices = _platform.fractional_forward(x, rows, spec)
+    values, indices = _fractional_forward(x, rows, spec)
     return (values, indices), indices
 
 

@@ -88,6 +88,24 @@ def by_platform(
     return lax.platform_dependent(*args, **branches, default=emit(default))
 
 
+def traced_once(kernel: Callable[..., Any], static: int | tuple[int, ...]) -> Any:
+    """``kernel`` jitted with its ``static`` arguments, so that tracing it again
+    with the same arguments in one program reuses the first jaxpr: every
+    platform's form of a kernel is traced (:func:`by_platform`), and that is
+    most of a pool's tracing time. JAX traces a ``custom_vjp``'s forward rule
+    under the context's abstract mesh (an empty one where none is set) and its
+    primal without one; the kernel runs under the context's mesh here, so that
+    the jit cache's keys agree."""
+    jitted = jax.jit(kernel, static_argnums=static)
+
+    @functools.wraps(kernel)
+    def run(*args: Any) -> Any:
+        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+            return jitted(*args)
+
+    return run
+
+
 def under_mesh(arr: jax.Array) -> bool:
     """Whether a mesh is in context (``jax.set_mesh``) or typed on ``arr``."""
     mesh = jax.sharding.get_abstract_mesh()
@@ -327,16 +345,19 @@ def backward(
             pallas = _pallas_form(_pallas_gather_sum, spec, x)
             return lambda g, i: by_platform(pallas, g, i, cpu=True, default=False)
         covering = _tpu.covering_sum if kernel == TPU else _backward.covering_sum
-        return functools.partial(_gather, covering, x=x, spec=spec)
+        # The algorithm is not the kernel's: the VJP and the "gather" op share
+        # one trace.
+        kernel_spec = spec._replace(algorithm="auto")
+        return lambda g, i: _gather(g, i, covering, x, kernel_spec)
 
     cpu, gpu, tpu = map(kernel_on, PLATFORMS)
     return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
 
 
-def _gather(
-    covering: Callable[..., jax.Array],
+def _gather_sum(
     grad_output: jax.Array,
     indices: jax.Array,
+    covering: Callable[..., jax.Array],
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
 ) -> jax.Array:
@@ -347,6 +368,9 @@ def _gather(
     total = covering(grad_output, indices, x, spec, sharding)
     total = _backward.add_aliased(total, grad_output, indices, spec, sharding)
     return total.astype(x.dtype)
+
+
+_gather = traced_once(_gather_sum, (2, 3, 4))
 
 
 def fractional_forward(

@@ -14,7 +14,7 @@ from helpers import assert_close, assert_same, cotangent, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
-from jaxpool import _platform, reference
+from jaxpool import _core, _platform, reference
 
 
 class Op(NamedTuple):
@@ -379,10 +379,61 @@ def test_eager_calls_trace_once_per_configuration(retrace, monkeypatch, kernel):
     counts the traces, and raises on the second)."""
     original = getattr(_platform, kernel)
     chex.clear_trace_counter()
-    monkeypatch.setattr(_platform, kernel, chex.assert_max_traces(original, n=1))
+    counted = chex.assert_max_traces(original, n=1)
+    monkeypatch.setattr(_platform, kernel, counted)
+    if kernel == "forward":  # what the custom_vjp calls, jitted at import
+        monkeypatch.setattr(_core, "_forward", _platform.traced_once(counted, 1))
     same, new = _same_then_new(kernel)
     first = same[0]()
     for call in same[1:]:
         chex.assert_trees_all_equal(call(), first, strict=True)
     with pytest.raises(AssertionError, match=rf"Function '{kernel}' is traced > 1 t"):
         new()
+
+
+@pytest.mark.parametrize(
+    "mesh", [None, "explicit"], ids=["no mesh", "under an explicit mesh"]
+)
+def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
+    """JAX traces a custom_vjp's forward twice in ``jax.grad`` (the primal,
+    then the forward rule, under another abstract-mesh context); the kernel's
+    second trace is the first's jaxpr, so the forward (every platform's form)
+    is traced once. The deterministic backward's kernels likewise: the VJP's
+    and the "gather" op's share each platform's trace."""
+    traced = []
+
+    def counting(kernel, name):
+        def run(*args):
+            traced.append((name, *(a for a in args if not isinstance(a, jax.Array))))
+            return kernel(*args)
+
+        return run
+
+    forward = counting(_platform.forward, "forward")
+    monkeypatch.setattr(_core, "_forward", _platform.traced_once(forward, 1))
+    gather = counting(_platform._gather_sum, "gather")
+    monkeypatch.setattr(_platform, "_gather", _platform.traced_once(gather, (2, 3, 4)))
+    window = dict(kernel_size=3, stride=2, padding=1)  # overlapping: GPU's gather
+
+    def f(x):
+        loss = lambda x: jnp.sum(jaxpool.max_pool2d_with_argmax(x, **window)[0])  # noqa: E731
+        grad = jax.grad(loss)(x)
+        values, indices = jaxpool.max_pool2d_with_argmax(x, **window)
+        kw = dict(algorithm="gather", **window)
+        return grad, jaxpool.max_pool2d_with_argmax_backward(values, x, indices, **kw)
+
+    x = jnp.zeros((2, 4, 9, 9))
+    if mesh is None:
+        jax.jit(f).trace(x)
+    else:
+        devices = np.array(jax.devices()[:1])
+        axis = jax.sharding.AxisType.Explicit
+        with jax.set_mesh(jax.make_mesh((1,), ("b",), (axis,), devices=devices)):
+            jax.jit(f).trace(x)
+    names = [t[0] for t in traced]
+    # The gather's covering sums: XLA's (CPU, GPU) and the TPU's dense one,
+    # which a mesh leaves out.
+    coverings = 1 if mesh else 2
+    assert names.count("forward") == 1, traced
+    assert names.count("gather") == coverings, traced
+    assert len(set(traced)) == len(traced), traced
