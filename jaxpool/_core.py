@@ -8,7 +8,8 @@ read), and whose backward rule calls the backward kernel with the same spec
 ``backward`` is that kernel for the public backward ops. ``fractional_pool``
 is the same ``custom_vjp`` for the fractional pools: their window starts
 (arrays, computed from the samples under ``jit``) are a non-differentiable
-input, the residuals are the indices alone. ``unpool`` is a ``custom_vjp``
+input, the residuals are the indices and the starts (the deterministic
+backward spreads the gradients back onto them). ``unpool`` is a ``custom_vjp``
 whose backward is a gather at the indices (PyTorch's). The forward rules call
 the kernels, never a ``custom_vjp`` (one nested in its own forward rule would
 meet an outer ``jvp``), and the backward rules are plain JAX
@@ -81,17 +82,19 @@ def _fractional_pool(
 
 def _fractional_pool_fwd(
     x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
-) -> tuple[Any, jax.Array]:
+) -> tuple[Any, Any]:
     values, indices = _fractional_forward(x, rows, spec)
-    return (values, indices), indices
+    return (values, indices), (indices, rows)
 
 
 def _fractional_pool_bwd(
-    spec: FractionalSpec, indices: jax.Array, cts: Any
+    spec: FractionalSpec, residuals: Any, cts: Any
 ) -> tuple[jax.Array, None]:
+    indices, rows = residuals
     grad_output, like = _cotangent(cts, indices, spec)
+    grad = _platform.fractional_backward(grad_output, indices, like, spec, rows)
     # The window starts are piecewise constant in the samples: no gradient.
-    return _platform.fractional_backward(grad_output, indices, like, spec), None
+    return grad, None
 
 
 _fractional_pool.defvjp(_fractional_pool_fwd, _fractional_pool_bwd)

@@ -17,18 +17,27 @@ kernel's (``T``: the channels of a channels-last array); the samples are one
   the last NaN, a window of ``-inf`` at its first element.
 
 The backward is the scatter-add to the indices (``_platform``'s scatter) or,
-with ``algorithm="gather"``, :func:`gather_sum`, a deterministic sum without a
-scatter. That sum cannot be the strided pools' covering-window gather: in
+with ``algorithm="gather"``, a deterministic sum without a scatter. It cannot
+be the covering-window gather of the fractional windows themselves: in
 float16 and bfloat16 PyTorch's window starts may repeat (``int((i + u) *
 alpha)`` rounds to the same value for consecutive ``i`` once the sizes pass
 2048 or 256), so no static bound limits how many windows cover a position.
-Instead, per plane, the gradients are sorted (stably) by their index and
-summed per index with a segmented scan, a fixed order that depends only on
-the shapes.
+Two forms:
+
+- :func:`spread_windows`, in ``jax.grad`` (the indices are the forward's):
+  the transpose of :func:`pick_windows`, each window's gradient placed at its
+  start on the stride-1 pool's grid (windows that start together summed by a
+  segmented scan along the axis), after which the stride-1 pool's covering
+  sum, whose windows are regular, is the gradient;
+- :func:`gather_sum`, for the public backward ops, whose indices may be any
+  in the plane: per plane, the gradients sorted (stably) by their index and
+  summed per index with a segmented scan, a fixed order that depends only on
+  the shapes.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -142,6 +151,12 @@ def gather_taps(
     return state[0], state[1]
 
 
+def _rows(fn: Any, lead: int, trail: int, a: int) -> Any:
+    """``fn(plane, ..., start)`` of one ``(n, c)`` plane and its starts along
+    spatial axis ``a`` (``(out,)``), over every plane (``_planes.per_plane``)."""
+    return per_plane(functools.partial(fn, axis=a), lead, trail)
+
+
 def pick_windows(
     values: jax.Array,
     indices: jax.Array,
@@ -157,16 +172,66 @@ def pick_windows(
     rows: size 1 along the picked axis, every element of the other spatial
     axes (``jnp.take`` of a plane, vmapped over the planes).
     """
-    nd, trail = spec.nd, spec.trail
-    lead, _ = split(values.ndim, nd, trail)
+    lead, _ = split(values.ndim, spec.nd, spec.trail)
+
+    def take(plane: jax.Array, start: jax.Array, axis: int) -> jax.Array:
+        return jnp.take(plane, start, axis=axis, mode="clip")
+
     for a, row in enumerate(rows):
-
-        def take(plane: jax.Array, start: jax.Array, axis: int = a) -> jax.Array:
-            return jnp.take(plane, start, axis=axis, mode="clip")
-
-        pick = per_plane(take, lead, trail)
+        pick = _rows(take, lead, spec.trail, a)
         values, indices = pick(values, row), pick(indices, row)
     return values, indices
+
+
+def spread_windows(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    rows: tuple[jax.Array, ...],
+    spec: FractionalSpec,
+) -> tuple[jax.Array, jax.Array]:
+    """The transpose of :func:`pick_windows`, for the forward's own indices:
+    the gradients of the windows that start at ``rows`` placed on the output
+    grid of ``spec.every_window()``, as ``(grads, indices)`` of that pool,
+    whose covering sum is then the gradient (``_platform``).
+
+    One spatial axis at a time, per plane. Starts never decrease along an
+    axis, but with 16-bit rounding consecutive windows may start at the same
+    position (see the module's docstring); such windows, once every axis is
+    spread, are one window of the stride-1 pool with one index, so their
+    gradients are summed: a segmented scan along the axis over the runs of
+    equal starts (a fixed order), whose sum at each run's last window is then
+    read by a gather of whole rows. Where no window starts the gradient is
+    zero and the index ``-1``, which matches no position. 16-bit gradients
+    are returned in float32, for the covering sum to round once.
+    """
+    lead, _ = split(grad_output.ndim, spec.nd, spec.trail)
+    grads = grad_output.astype(accumulation_dtype(grad_output.dtype))
+
+    def spread(
+        g: jax.Array, i: jax.Array, start: jax.Array, axis: int
+    ) -> tuple[jax.Array, jax.Array]:
+        size = spec.in_size[axis] - spec.kernel_size[axis] + 1
+        along = (1,) * axis + (-1,) + (1,) * (g.ndim - axis - 1)
+        opens = jnp.concatenate([jnp.ones(1, bool), start[1:] != start[:-1]])
+        opens = jnp.broadcast_to(opens.reshape(along), g.shape)
+        _, sums = lax.associative_scan(_segmented, (opens, g), axis=axis)
+        here = jnp.arange(size, dtype=start.dtype)
+        last = jnp.sum(start[None] <= here[:, None], axis=1, dtype=jnp.int32) - 1
+        starts = (jnp.take(start, last, mode="clip") == here).reshape(along)
+        g = jnp.take(sums, last, axis=axis, mode="clip")
+        i = jnp.take(i, last, axis=axis, mode="clip")
+        return jnp.where(starts, g, 0), jnp.where(starts, i, -1)
+
+    for a, row in enumerate(rows):
+        grads, indices = _rows(spread, lead, spec.trail, a)(grads, indices, row)
+    return grads, indices
+
+
+def _segmented(a: Any, b: Any) -> Any:
+    """The segmented sum's combine, of ``(opens, sums)`` pairs: ``b``'s sum
+    alone where a segment opens in ``b``."""
+    (open_a, sum_a), (open_b, sum_b) = a, b
+    return open_a | open_b, jnp.where(open_b, sum_b, sum_a + sum_b)
 
 
 def gather_sum(
@@ -197,12 +262,7 @@ def gather_sum(
         where = jnp.where(in_plane(where, plane), where, plane).astype(jnp.int32)
         keys, grads = lax.sort((where, grads), is_stable=True, num_keys=1)
         opens = jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
-
-        def segmented(a: Any, b: Any) -> Any:
-            (open_a, sum_a), (open_b, sum_b) = a, b
-            return open_a | open_b, jnp.where(open_b, sum_b, sum_a + sum_b)
-
-        _, sums = lax.associative_scan(segmented, (opens, grads))
+        _, sums = lax.associative_scan(_segmented, (opens, grads))
         # Unrolled: the default method is a while loop, serial on an accelerator.
         end = jnp.searchsorted(keys, here, side="right", method="scan_unrolled")
         end = jnp.maximum(end - 1, 0)  # each position's segment's last entry

@@ -1022,8 +1022,9 @@ def fractional_max_pool2d(
       channels_last: ``x`` (and the outputs) keep channels in the last axis;
         the samples stay ``(N, C, 2)``.
       algorithm: how the gradient is computed: ``"scatter"`` (a scatter-add),
-        ``"gather"`` (deterministic: per plane a stable sort of the gradients
-        by index and a segmented sum, no scatter) or ``"auto"`` (default: the
+        ``"gather"`` (deterministic, no scatter: in ``jax.grad`` the stride-1
+        pool's covering sum, in the backward op a stable sort of the
+        gradients by index and a segmented sum) or ``"auto"`` (default: the
         scatter on CPU and, as for the strided pools, on a GPU with native
         float atomics; the gather elsewhere).
       implementation: ``None`` or ``"xla"`` (there is no Pallas kernel).

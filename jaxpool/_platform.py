@@ -17,8 +17,8 @@ A backward is two choices: the algorithm (``algorithm=``, the user's: the
 scatter or the deterministic gather; :func:`algorithm` resolves ``"auto"``)
 and the form that runs it (:func:`form`: the scatter, XLA's select-and-scatter,
 XLA's covering sum, the TPU's dense one or Pallas's). The fractional pools
-have their own :func:`fractional_algorithm` (their gather is a sort) and
-forward forms (:func:`fractional_forward`).
+have their own :func:`fractional_algorithm` and forms
+(:func:`fractional_forward`, :func:`fractional_backward`).
 
 The CPU forms (why each exists, and what it measured, is in the performance
 docs): the passes and indices computed into their own buffers
@@ -254,9 +254,9 @@ def fractional_algorithm(spec: FractionalSpec, platform: str) -> Algorithm:
     """The fractional backward that runs on ``platform``: the spec's, or for
     ``"auto"`` the scatter on CPU and on a GPU where :func:`gpu_scatter` says
     so; elsewhere (a TPU, which serialises scatters) the deterministic
-    sort-based gather, ``_fractional.gather_sum``. That gather honours every
-    index inside the plane, as the scatter does, so the choice does not ask
-    whose the indices are."""
+    gather (:func:`fractional_backward` says in which form). Both honour every
+    index inside the plane, so the choice does not ask whose the indices
+    are."""
     if spec.algorithm != "auto":
         return spec.algorithm
     scatter = platform == "cpu" or (platform == "gpu" and gpu_scatter())
@@ -400,19 +400,42 @@ def fractional_backward(
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: FractionalSpec,
+    rows: tuple[jax.Array, ...] | None = None,
 ) -> jax.Array:
     """The fractional pool's gradient with respect to ``x`` (its shape and
     dtype), with the spec's algorithm (:func:`fractional_algorithm`): the
-    scatter-add, or ``_fractional.gather_sum``."""
-    layout = dict(x=x, nd=spec.nd, trail=spec.trail)
+    scatter-add, or a deterministic gather. The VJP gives its window starts
+    ``rows`` (its indices are its own): the gather is then the gradients
+    spread onto the stride-1 pool's windows (``_fractional.spread_windows``)
+    and that pool's covering sum, in each platform's form (:func:`backward`);
+    without them, ``_fractional.gather_sum``, a sort, which honours any index
+    inside the plane."""
+    nd, trail = spec.nd, spec.trail
 
-    def emit(chosen: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    def emit(chosen: str) -> Callable[..., jax.Array]:
+        if chosen == "gather" and rows is not None:
+            return functools.partial(_spread_sum, x=x, spec=spec)
         if chosen == "gather":
-            return functools.partial(_fractional.gather_sum, **layout)
-        return functools.partial(_scatter, accumulate=True, **layout)
+            return lambda g, i, *_: _fractional.gather_sum(g, i, x, nd, trail)
+        return lambda g, i, *_: _scatter(g, i, x=x, nd=nd, trail=trail, accumulate=True)
 
     cpu, gpu, tpu = (fractional_algorithm(spec, p) for p in PLATFORMS)
-    return by_platform(emit, grad_output, indices, cpu=cpu, default=gpu, tpu=tpu)
+    args = (grad_output, indices, *(rows or ()))
+    return by_platform(emit, *args, cpu=cpu, default=gpu, tpu=tpu)
+
+
+def _spread_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    *rows: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: FractionalSpec,
+) -> jax.Array:
+    """The VJP's fractional gather: the gradients spread onto the windows of
+    the stride-1 pool, then that pool's deterministic backward."""
+    grads, indices = _fractional.spread_windows(grad_output, indices, rows, spec)
+    every = spec.every_window()._replace(algorithm="gather")
+    return backward(grads, indices, x, every, own_indices=True)
 
 
 def unpool(
