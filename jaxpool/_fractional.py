@@ -12,8 +12,11 @@ kernel's (``T``: the channels of a channels-last array); the samples are one
   each tap one element gather per axis;
 - :func:`pick_windows`: the windows of the stride-1 pool of the same kernel
   (``FractionalSpec.every_window``, jaxpool's own pool forward) picked at the
-  starts, one axis at a time, by a gather of whole rows. That pool chooses
-  as PyTorch's fractional kernel does: the first maximum in row-major order,
+  starts, one axis at a time, whole rows at once: by a gather
+  (:func:`take_rows`) or, on a TPU, which has no vector gather, by one-hot
+  int8 matmuls of the elements' bytes (:func:`matmul_rows`, exact to the
+  bit; :data:`TPU_TAKES` says along which axes). That pool chooses as
+  PyTorch's fractional kernel does: the first maximum in row-major order,
   the last NaN, a window of ``-inf`` at its first element.
 
 The backward is the scatter-add to the indices (``_platform``'s scatter) or,
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -157,28 +161,66 @@ def _rows(fn: Any, lead: int, trail: int, a: int) -> Any:
     return per_plane(functools.partial(fn, axis=a), lead, trail)
 
 
+def take_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
+    """``plane``'s slices at ``rows`` along ``axis`` (clipped into it): a gather
+    whose slices are whole rows (GPU, CPU)."""
+    return jnp.take(plane, rows, axis=axis, mode="clip")
+
+
+def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
+    """:func:`take_rows` without a gather, for a TPU (which has no vector
+    gather, and whose gathers of rows XLA's cost model rates at 3x these
+    bytes): per byte of the elements, a matmul of the int8 bytes with the
+    one-hot rows, which sums one nonzero product, so every bit (NaN payloads,
+    signed zeros) is kept. A row outside the axis picks zero bits."""
+    size, width = plane.shape[axis], plane.dtype.itemsize
+    one_hot = rows[:, None] == jnp.arange(size, dtype=rows.dtype)[None]
+    one_hot = one_hot.astype(jnp.int8)
+    unsigned = jnp.dtype(f"uint{8 * width}")
+    bits = lax.bitcast_convert_type(plane, unsigned)
+    picked = jnp.zeros((), unsigned)
+    for k in range(width):
+        byte = lax.bitcast_convert_type(
+            ((bits >> 8 * k) & 0xFF).astype(jnp.uint8), jnp.int8
+        )
+        dims = (((1,), (axis,)), ((), ()))
+        part = lax.dot_general(one_hot, byte, dims, preferred_element_type=jnp.int8)
+        part = lax.bitcast_convert_type(jnp.moveaxis(part, 0, axis), jnp.uint8)
+        picked = picked | part.astype(unsigned) << 8 * k
+    return lax.bitcast_convert_type(picked, plane.dtype)
+
+
+# How each spatial axis's rows are picked: None for :func:`take_rows` along
+# every axis.
+Takes = tuple[Callable[..., jax.Array], ...] | None
+# On a TPU, by XLA's cost model for the v5e (the fractional programs of
+# ``benchmarks/compiled.py``): one-hot matmuls along both axes of a 2-D pool
+# (a 32x64x112² k2 -> 79² forward: 5,682 MB -> 2,913), gathers in 3-D (a
+# 8x32x64³ k2 -> 45³ forward: 9,946 MB; 13,721 with matmuls, 12,030 with
+# matmuls along D alone).
+TPU_TAKES: dict[int, Takes] = {2: (matmul_rows, matmul_rows), 3: None}
+
+
 def pick_windows(
     values: jax.Array,
     indices: jax.Array,
     rows: tuple[jax.Array, ...],
     spec: FractionalSpec,
+    takes: Takes = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The windows that start at ``rows`` (see :func:`axis_starts`), picked from
     the ``(values, indices)`` of ``spec.every_window()``, whose output ``s``
     is the window that starts at ``s`` (its indices are already flat offsets
     into the input's plane).
 
-    One spatial axis at a time, per plane, a gather whose slices are whole
-    rows: size 1 along the picked axis, every element of the other spatial
-    axes (``jnp.take`` of a plane, vmapped over the planes).
+    One spatial axis at a time, per plane, whole rows (size 1 along the picked
+    axis, every element of the other spatial axes), by ``takes[a]`` along
+    axis ``a`` (:func:`take_rows` or :func:`matmul_rows`; ``None``: the
+    former along every axis), vmapped over the planes.
     """
     lead, _ = split(values.ndim, spec.nd, spec.trail)
-
-    def take(plane: jax.Array, start: jax.Array, axis: int) -> jax.Array:
-        return jnp.take(plane, start, axis=axis, mode="clip")
-
     for a, row in enumerate(rows):
-        pick = _rows(take, lead, spec.trail, a)
+        pick = _rows((takes or (take_rows,) * spec.nd)[a], lead, spec.trail, a)
         values, indices = pick(values, row), pick(indices, row)
     return values, indices
 
@@ -188,6 +230,7 @@ def spread_windows(
     indices: jax.Array,
     rows: tuple[jax.Array, ...],
     spec: FractionalSpec,
+    takes: Takes = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The transpose of :func:`pick_windows`, for the forward's own indices:
     the gradients of the windows that start at ``rows`` placed on the output
@@ -200,9 +243,9 @@ def spread_windows(
     spread, are one window of the stride-1 pool with one index, so their
     gradients are summed: a segmented scan along the axis over the runs of
     equal starts (a fixed order), whose sum at each run's last window is then
-    read by a gather of whole rows. Where no window starts the gradient is
-    zero and the index ``-1``, which matches no position. 16-bit gradients
-    are returned in float32, for the covering sum to round once.
+    read by ``takes``, as in :func:`pick_windows`. Where no window starts the
+    gradient is zero and the index ``-1``, which matches no position. 16-bit
+    gradients are returned in float32, for the covering sum to round once.
     """
     lead, _ = split(grad_output.ndim, spec.nd, spec.trail)
     grads = grad_output.astype(accumulation_dtype(grad_output.dtype))
@@ -210,6 +253,7 @@ def spread_windows(
     def spread(
         g: jax.Array, i: jax.Array, start: jax.Array, axis: int
     ) -> tuple[jax.Array, jax.Array]:
+        take = (takes or (take_rows,) * spec.nd)[axis]
         size = spec.in_size[axis] - spec.kernel_size[axis] + 1
         along = (1,) * axis + (-1,) + (1,) * (g.ndim - axis - 1)
         opens = jnp.concatenate([jnp.ones(1, bool), start[1:] != start[:-1]])
@@ -217,9 +261,8 @@ def spread_windows(
         _, sums = lax.associative_scan(_segmented, (opens, g), axis=axis)
         here = jnp.arange(size, dtype=start.dtype)
         last = jnp.sum(start[None] <= here[:, None], axis=1, dtype=jnp.int32) - 1
-        starts = (jnp.take(start, last, mode="clip") == here).reshape(along)
-        g = jnp.take(sums, last, axis=axis, mode="clip")
-        i = jnp.take(i, last, axis=axis, mode="clip")
+        starts = jnp.any(start[None] == here[:, None], axis=1).reshape(along)
+        g, i = take(sums, last, axis=axis), take(i, last, axis=axis)
         return jnp.where(starts, g, 0), jnp.where(starts, i, -1)
 
     for a, row in enumerate(rows):

@@ -65,8 +65,15 @@ TPU = "tpu"
 SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
 SELECT = "select_and_scatter"
 # The fractional forward's forms: each tap read by element gathers, or the
-# windows of the stride-1 pool picked by rows (``_fractional``).
-TAPS, ROWS = "taps", "rows"
+# windows of the stride-1 pool picked by whole rows, with a gather or (on a
+# TPU) one-hot matmuls; the deterministic backward's picks are the same
+# (``_fractional``).
+TAPS, ROWS, MATMUL = "taps", "rows", "matmul"
+
+
+def _takes(form: str, nd: int) -> _fractional.Takes:
+    """How a fractional form picks each axis's rows."""
+    return _fractional.TPU_TAKES[nd] if form == MATMUL else None
 
 
 def by_platform(
@@ -380,7 +387,8 @@ def fractional_forward(
     start at ``rows`` (``_fractional.axis_starts``): on CPU each tap read by
     element gathers (:data:`TAPS`); on GPU and TPU the windows of the
     stride-1 pool of the same kernel (:func:`forward`, in the platform's
-    form) picked at the starts by whole rows (:data:`ROWS`)."""
+    form) picked at the starts by whole rows (:data:`ROWS`; on a TPU by
+    matmuls, :data:`MATMUL`)."""
 
     def emit(kind: str) -> Callable[..., tuple[jax.Array, jax.Array]]:
         if kind == TAPS:
@@ -388,11 +396,12 @@ def fractional_forward(
 
         def pick(x: jax.Array, rows: tuple[jax.Array, ...]) -> Any:
             values, indices = forward(x, spec.every_window())
-            return _fractional.pick_windows(values, indices, rows, spec)
+            takes = _takes(kind, spec.nd)
+            return _fractional.pick_windows(values, indices, rows, spec, takes)
 
         return pick
 
-    return by_platform(emit, x, rows, cpu=TAPS, default=ROWS)
+    return by_platform(emit, x, rows, cpu=TAPS, default=ROWS, tpu=MATMUL)
 
 
 def fractional_backward(
@@ -407,21 +416,26 @@ def fractional_backward(
     scatter-add, or a deterministic gather. The VJP gives its window starts
     ``rows`` (its indices are its own): the gather is then the gradients
     spread onto the stride-1 pool's windows (``_fractional.spread_windows``)
-    and that pool's covering sum, in each platform's form (:func:`backward`);
-    without them, ``_fractional.gather_sum``, a sort, which honours any index
-    inside the plane."""
+    and that pool's covering sum, in each platform's form (:func:`backward`,
+    the rows picked as the forward picks them); without them,
+    ``_fractional.gather_sum``, a sort, which honours any index inside the
+    plane."""
     nd, trail = spec.nd, spec.trail
 
-    def emit(chosen: str) -> Callable[..., jax.Array]:
+    def emit(form: tuple[str, str]) -> Callable[..., jax.Array]:
+        chosen, picks = form
         if chosen == "gather" and rows is not None:
-            return functools.partial(_spread_sum, x=x, spec=spec)
+            takes = _takes(picks, spec.nd)
+            return functools.partial(_spread_sum, x=x, spec=spec, takes=takes)
         if chosen == "gather":
             return lambda g, i, *_: _fractional.gather_sum(g, i, x, nd, trail)
         return lambda g, i, *_: _scatter(g, i, x=x, nd=nd, trail=trail, accumulate=True)
 
     cpu, gpu, tpu = (fractional_algorithm(spec, p) for p in PLATFORMS)
     args = (grad_output, indices, *(rows or ()))
-    return by_platform(emit, *args, cpu=cpu, default=gpu, tpu=tpu)
+    return by_platform(
+        emit, *args, cpu=(cpu, ROWS), default=(gpu, ROWS), tpu=(tpu, MATMUL)
+    )
 
 
 def _spread_sum(
@@ -430,10 +444,12 @@ def _spread_sum(
     *rows: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: FractionalSpec,
+    takes: _fractional.Takes,
 ) -> jax.Array:
     """The VJP's fractional gather: the gradients spread onto the windows of
-    the stride-1 pool, then that pool's deterministic backward."""
-    grads, indices = _fractional.spread_windows(grad_output, indices, rows, spec)
+    the stride-1 pool (rows picked by ``takes``), then that pool's
+    deterministic backward."""
+    grads, indices = _fractional.spread_windows(grad_output, indices, rows, spec, takes)
     every = spec.every_window()._replace(algorithm="gather")
     return backward(grads, indices, x, every, own_indices=True)
 

@@ -270,6 +270,11 @@ def test_compiles_with_its_promises(target, name):
     strided = not any(f in name for f in ("adaptive", "unpool", "fractional"))
     if case.kind == "forward" and strided:
         assert ops["gather"] == 0, "a gather in the forward of strided windows"
+    # A TPU picks a 2-D fractional pool's rows by one-hot matmuls
+    # (_fractional.TPU_TAKES), in the forward and the deterministic backward.
+    picks = case.kind == "forward" or " grad auto" in name or " grad gather" in name
+    if target == "v5e" and name.startswith("fractional_max_pool2d") and picks:
+        assert ops["gather"] == 0, "a gather in the TPU's 2-D fractional pool"
     irregular = name.startswith(("adaptive_max_pool2d", "adaptive_max_pool3d"))
     if target == "v5e" and irregular and " grad auto" in name:
         # Windows of two sizes have no dense TPU form: auto runs the scatter,

@@ -298,6 +298,34 @@ def test_vjp_gather_spreads_onto_every_window_and_equals_the_scatter(case, forms
     assert_same(got, want)
 
 
+@pytest.mark.parametrize(
+    "dtype", ["float16", "bfloat16", "float32", "float64", "int32"]
+)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_matmul_rows_keeps_every_bit(dtype, axis):
+    """The TPU's pick of rows by one-hot int8 matmuls is the gather's, bit for
+    bit (random bit patterns: NaN payloads, signed zeros, infinities,
+    subnormals); a row outside the axis picks zero bits."""
+    name, dtype = dtype, np_dtype(dtype)
+    width = np.dtype(dtype).itemsize
+    rng = rng_for("matmul-rows", name, axis)
+    plane = rng.integers(0, 256, (6, 7 * width), dtype=np.uint8).view(dtype)
+    rows = np.array([0, 3, 3, 1, 5, 0, 2], np.int32)[: plane.shape[axis]]
+    with precision(name):
+        got = _fractional.matmul_rows(jnp.asarray(plane), jnp.asarray(rows), axis)
+        want = _fractional.take_rows(jnp.asarray(plane), jnp.asarray(rows), axis)
+        outside = _fractional.matmul_rows(
+            jnp.asarray(plane), jnp.asarray([-1, 9]), axis
+        )
+    unsigned = f"u{width}"
+    assert got.dtype == dtype
+    assert (
+        np.asarray(got).view(unsigned).tolist()
+        == np.asarray(want).view(unsigned).tolist()
+    )
+    assert not np.asarray(outside).view(unsigned).any()
+
+
 def test_key_draws_uniform_samples_and_vmap_over_keys():
     x = make_input(rng_for("keys"), (2, 3, 12, 12), "float32", "random")
     keys = jax.random.split(jax.random.key(0), 4)
