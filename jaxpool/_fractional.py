@@ -201,6 +201,11 @@ Takes = tuple[Callable[..., jax.Array], ...] | None
 TPU_TAKES: dict[int, Takes] = {2: (matmul_rows, matmul_rows), 3: None}
 
 
+def _take(takes: Takes, a: int) -> Callable[..., jax.Array]:
+    """How ``takes`` picks the rows of spatial axis ``a``."""
+    return take_rows if takes is None else takes[a]
+
+
 def pick_windows(
     values: jax.Array,
     indices: jax.Array,
@@ -220,7 +225,7 @@ def pick_windows(
     """
     lead, _ = split(values.ndim, spec.nd, spec.trail)
     for a, row in enumerate(rows):
-        pick = _rows((takes or (take_rows,) * spec.nd)[a], lead, spec.trail, a)
+        pick = _rows(_take(takes, a), lead, spec.trail, a)
         values, indices = pick(values, row), pick(indices, row)
     return values, indices
 
@@ -253,7 +258,7 @@ def spread_windows(
     def spread(
         g: jax.Array, i: jax.Array, start: jax.Array, axis: int
     ) -> tuple[jax.Array, jax.Array]:
-        take = (takes or (take_rows,) * spec.nd)[axis]
+        take = _take(takes, axis)
         size = spec.in_size[axis] - spec.kernel_size[axis] + 1
         along = (1,) * axis + (-1,) + (1,) * (g.ndim - axis - 1)
         opens = jnp.concatenate([jnp.ones(1, bool), start[1:] != start[:-1]])

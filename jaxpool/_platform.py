@@ -432,9 +432,11 @@ def fractional_backward(
         return lambda g, i, *_: _scatter(g, i, x=x, nd=nd, trail=trail, accumulate=True)
 
     cpu, gpu, tpu = (fractional_algorithm(spec, p) for p in PLATFORMS)
+    # Only the spread picks rows: the TPU's other forms are everyone's.
+    tpu_picks = MATMUL if tpu == "gather" and rows is not None else ROWS
     args = (grad_output, indices, *(rows or ()))
     return by_platform(
-        emit, *args, cpu=(cpu, ROWS), default=(gpu, ROWS), tpu=(tpu, MATMUL)
+        emit, *args, cpu=(cpu, ROWS), default=(gpu, ROWS), tpu=(tpu, tpu_picks)
     )
 
 
