@@ -1,9 +1,7 @@
 """The differentiable core that every public op calls with its spec.
 
-``pool`` is a ``jax.custom_vjp`` whose residuals are the indices (and the
-input, where a platform's backward reads it: a TPU's select-and-scatter of
-16-bit inputs; XLA drops whichever the compiled platform's backward does not
-read), and whose backward rule calls the backward kernel with the same spec
+``pool`` is a ``jax.custom_vjp`` whose residuals are the indices, and whose
+backward rule calls the backward kernel with the same spec
 (already valid: nothing is re-validated or rebuilt inside the VJP).
 ``backward`` is that kernel for the public backward ops. ``fractional_pool``
 is the same ``custom_vjp`` for the fractional pools: their window starts
@@ -47,15 +45,12 @@ def _pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
 
 def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
     values, indices = _forward(x, spec)
-    # The input too where a platform's backward reads it (see the docstring).
-    kept = x if _platform.reads_input(spec, x) else None
-    return (values, indices), (indices, kept)
+    return (values, indices), indices
 
 
-def _pool_bwd(spec: PoolSpec, res: Any, cts: Any) -> tuple[jax.Array]:
-    indices, x = res
+def _pool_bwd(spec: PoolSpec, indices: jax.Array, cts: Any) -> tuple[jax.Array]:
     grad_output, like = _cotangent(cts, indices, spec)
-    return (_platform.backward(grad_output, indices, like, spec, True, x),)
+    return (_platform.backward(grad_output, indices, like, spec, True),)
 
 
 def _cotangent(

@@ -113,8 +113,7 @@ def max_pool3d_with_argmax(
         where windows overlap, ``"scatter"`` on CPU and on a GPU whose jaxlib
         adds floats with native atomics (unless XLA's determinism flags are
         set), the deterministic ``"gather"`` on other GPUs and on TPU (which
-        serialises scatters; its 16-bit gradient is XLA's select-and-scatter),
-        as the GPU and TPU page explains.
+        serialises scatters), as the GPU and TPU page explains.
         ``"scatter"`` or ``"gather"`` (deterministic) force one; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
       implementation: the kernels. ``None`` (default): the platform's

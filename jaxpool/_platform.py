@@ -15,8 +15,8 @@ kernel cannot be lowered for a CPU.
 
 A backward is two choices: the algorithm (``algorithm=``, the user's: the
 scatter or the deterministic gather; :func:`algorithm` resolves ``"auto"``)
-and the form that runs it (:func:`form`: the scatter, XLA's select-and-scatter,
-XLA's covering sum, the TPU's dense one or Pallas's). The fractional pools
+and the form that runs it (:func:`form`: the scatter, XLA's covering sum, the
+TPU's dense one or Pallas's). The fractional pools
 have their own :func:`fractional_algorithm` and forms
 (:func:`fractional_forward`, :func:`fractional_backward`).
 
@@ -43,7 +43,7 @@ import jaxlib.version
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from . import _backward, _fractional, _pallas, _planes, _scan, _select, _tpu
+from . import _backward, _fractional, _pallas, _planes, _scan, _tpu
 from ._windows import (
     INT32_MAX,
     Algorithm,
@@ -60,10 +60,8 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 TPU = "tpu"
 # The backward's other forms (:func:`form`): the scatter-add (``_planes``),
 # the deterministic covering sum in XLA (``_backward``) or in Pallas
-# (``_pallas``), and XLA's select-and-scatter on the forward's input
-# (``_select``).
+# (``_pallas``).
 SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
-SELECT = "select_and_scatter"
 # The fractional forward's forms: each tap read by element gathers, or the
 # windows of the stride-1 pool picked by whole rows, with a gather or (on a
 # TPU) one-hot matmuls; the deterministic backward's picks are the same
@@ -181,23 +179,19 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     return by_platform(emit, x, cpu=cpu, default=accelerator, tpu=TPU)
 
 
-def algorithm(
-    spec: PoolSpec, own_indices: bool, platform: str, dtype: Any, mesh: bool
-) -> Algorithm:
+def algorithm(spec: PoolSpec, own_indices: bool, platform: str) -> Algorithm:
     """The backward that runs on ``platform`` (``"cpu"``, ``"gpu"`` or
-    ``"tpu"``) for inputs of ``dtype``, ``mesh`` telling whether a mesh is in
-    context: ``"scatter"`` or ``"gather"`` (:func:`form` says in which form).
-    The spec's algorithm, or for ``"auto"``:
+    ``"tpu"``): ``"scatter"`` or ``"gather"`` (:func:`form` says in which
+    form). The spec's algorithm, or for ``"auto"``:
 
     - ``"scatter"`` where the indices may come from anywhere (not
       ``own_indices``): only the scatter honours an index outside its window;
     - where the backward is Pallas's, its gather;
-    - on a TPU, the scatter for 16-bit inputs wherever XLA's select-and-scatter
-      runs the pool exactly (regular windows, dilation 1: ``jax.grad`` through
-      ``lax.reduce_window``'s program), but not under a mesh (see
-      :func:`form`); elsewhere the gather where its dense form applies, else
-      the scatter (which a TPU runs one update at a time; adaptive windows:
-      3.7x fewer bytes than the gather);
+    - on a TPU, the gather where its dense form applies (regular windows,
+      dilation 1; fewer bytes than ``jax.grad`` through ``lax.reduce_window``,
+      whose select-and-scatter cannot carry PyTorch's selection for float32),
+      else the scatter (which a TPU runs one update at a time; adaptive
+      windows: 3.7x fewer bytes than the gather);
     - where windows are disjoint, the gather (an elementwise select: each
       input element receives at most one gradient, so the scatter's bits
       without a scatter);
@@ -215,24 +209,15 @@ def algorithm(
     if implementation(spec, "backward") == "pallas":
         return "gather"
     if platform == "tpu":
-        if _select.applies(spec, dtype) and not mesh:
-            return "scatter"
         return "gather" if _tpu.dense(spec) else "scatter"
     if all(w.disjoint for w in spec.axes):
         return "gather"
     return "scatter" if platform == "cpu" or gpu_scatter() else "gather"
 
 
-def form(
-    spec: PoolSpec,
-    chosen: Algorithm,
-    own_indices: bool,
-    platform: str,
-    dtype: Any,
-    mesh: bool,
-) -> str:
+def form(spec: PoolSpec, chosen: Algorithm, platform: str, mesh: bool) -> str:
     """The kernel that runs the ``chosen`` backward (:func:`algorithm`) on
-    ``platform`` for inputs of ``dtype``:
+    ``platform``, ``mesh`` telling whether a mesh is in context:
 
     - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
       :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
@@ -240,12 +225,7 @@ def form(
       is in context (its phase interleave is not written for arrays that
       carry their sharding, and every branch is traced, on any platform);
       else :data:`GATHER`, XLA's covering sum;
-    - the scatter: :data:`SELECT` (XLA's select-and-scatter on keys of the
-      input, ``_select``) for ``"auto"`` in the VJP on a TPU wherever
-      ``_select.applies``, but not under a mesh (XLA's partitioner gathers the
-      select-and-scatter we bind whole onto every device; its own, in
-      ``jax.grad`` through ``reduce_window``, it keeps local); else
-      :data:`SCATTER`.
+    - the scatter: :data:`SCATTER`.
     """
     xla = implementation(spec, "backward") == "xla"
     tpu = platform == "tpu" and xla and not mesh
@@ -253,8 +233,7 @@ def form(
         if not xla:
             return PALLAS
         return TPU if tpu and _tpu.dense(spec) else GATHER
-    auto = spec.algorithm == "auto" and own_indices
-    return SELECT if tpu and auto and _select.applies(spec, dtype) else SCATTER
+    return SCATTER
 
 
 def fractional_algorithm(spec: FractionalSpec, platform: str) -> Algorithm:
@@ -314,37 +293,22 @@ def gpu_scatter() -> bool:
     return JAXLIB >= NATIVE_ATOMICS_FROM or ftz
 
 
-def reads_input(spec: PoolSpec, x: jax.Array) -> bool:
-    """Whether the VJP's backward reads the forward's input ``x`` on some
-    platform (:data:`SELECT`), so that the VJP must keep it."""
-    mesh = under_mesh(x)
-    chosen = algorithm(spec, True, "tpu", x.dtype, mesh)
-    return form(spec, chosen, True, "tpu", x.dtype, mesh) == SELECT
-
-
 def backward(
     grad_output: jax.Array,
     indices: jax.Array,
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     own_indices: bool = False,
-    operand: jax.Array | None = None,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (see :func:`algorithm`; ``own_indices``: the indices are
-    the forward's, as in its VJP, which gives the forward's input as
-    ``operand`` where :func:`reads_input`), in each platform's form
-    (:func:`form`)."""
+    the forward's, as in its VJP), in each platform's form (:func:`form`)."""
     mesh = under_mesh(indices)
 
     def kernel_on(platform: str) -> str:
-        chosen = algorithm(spec, own_indices, platform, x.dtype, mesh)
-        return form(spec, chosen, own_indices, platform, x.dtype, mesh)
+        return form(spec, algorithm(spec, own_indices, platform), platform, mesh)
 
     def emit(kernel: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-        if kernel == SELECT:  # never under a mesh (see form)
-            assert operand is not None
-            return lambda g, i: _select.select_and_scatter(g, i, operand, spec)
         if kernel == SCATTER:
             layout = dict(x=x, nd=spec.nd, trail=spec.trail)
             return functools.partial(_scatter, accumulate=True, **layout)

@@ -18,11 +18,15 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   contiguous elements (a short window repeats its last one, which changes no
   choice), so they too are one disjoint window reduction, coded by tap
   number. Past 16 bits of codes, the codes are flat positions (int32);
-- **the backward** (:func:`covering_sum`) forms, per tap, the gradients of the
-  windows whose index is that tap's position (an elementwise select on the
-  output grid), shifts it into its stride phase (a pad), and interleaves the
-  phases once (a transpose): the ``"gather"`` backward's sum, in its order,
-  with no gather. Dilated and adaptive windows take ``_backward``'s gather.
+- **the backward** (:func:`covering_sum`): each stride phase of the input
+  adds, tap by tap, the gradients of the windows whose index is its position,
+  read from the output grid shifted by the tap (a slice of the grid padded
+  once: XLA fuses the whole phase into one loop), and the phases are
+  interleaved once (a transpose): the ``"gather"`` backward's sum, in its
+  order, with no gather. Where the TPU's tiles pad the spatial axes more than
+  the ``(n, c)`` planes, it runs with the planes moved to the minor axis
+  (:func:`planes_minor`). Dilated and adaptive windows take ``_backward``'s
+  gather.
 """
 
 from __future__ import annotations
@@ -332,24 +336,47 @@ def dense(spec: PoolSpec) -> bool:
 
 
 class _Tap(NamedTuple):
-    """Where tap ``j`` of every window along one axis sends its gradient."""
+    """Tap ``j`` of every window along one axis, seen from the input: window
+    ``o``'s tap reads the row ``o + shift`` of stride phase ``phase`` (input
+    coordinate ``(o + shift) * stride + phase``)."""
 
-    coords: np.ndarray  # (out,) input coordinate the tap reads
-    real: np.ndarray  # (out,) whether it is in bounds
-    phase: int  # the stride phase it lands in
-    shift: int  # and the shift, in windows, within that phase
+    phase: int
+    shift: int
 
 
-def _taps(w: AxisWindows) -> tuple[list[_Tap], int, int]:
+def _taps(w: AxisWindows) -> tuple[list[_Tap], int]:
     """The taps of the regular windows ``w`` in reversed order (so that each
-    position adds its windows in increasing order), the stride of the phases
-    and the positions per phase."""
+    position adds its windows in increasing order) and the rows per phase."""
     taps = []
     for j in range(w.taps - 1, -1, -1):
-        coords, start = w.positions(j), w.offset + j * w.dilation
-        real = (coords >= 0) & (coords < w.size)
-        taps.append(_Tap(coords, real, start % w.stride, start // w.stride))
-    return taps, w.stride, -(-w.size // w.stride)
+        start = w.offset + j * w.dilation
+        taps.append(_Tap(start % w.stride, start // w.stride))
+    return taps, -(-w.size // w.stride)
+
+
+def _padded(shape: tuple[int, ...]) -> int:
+    """Elements of a 32-bit array of ``shape`` as a TPU stores it: its two
+    minor axes in tiles of 8 x 128."""
+    if len(shape) < 2:
+        return -(-math.prod(shape) // 128) * 128
+    *major, rows, lanes = shape
+    return math.prod(major) * -(-rows // 8) * 8 * -(-lanes // 128) * 128
+
+
+def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
+    """Whether :func:`covering_sum` runs with the ``(n, c)`` planes moved to
+    the minor axis, ``(*S, N * C)``: for channels-first arrays of ``shape``
+    whose input and output grids a TPU's 8 x 128 tiles then pad less (8x32x64³
+    k3 s2: W = 64 fills half of 128 lanes, the output's 32 a quarter; N * C =
+    256 fills two lane tiles). Not for symbolic sizes (``jax.export``'s)."""
+    lead = split(len(shape), spec.nd, spec.trail)[0]
+    if spec.trail or lead == 0 or not all(isinstance(n, int) for n in shape):
+        return False
+    planes = math.prod(shape[:lead])
+    grids = (spec.in_size, spec.out_size)
+    now = sum(_padded((*shape[:lead], *s)) for s in grids)
+    moved = sum(_padded((*s, planes)) for s in grids)
+    return moved < now
 
 
 def covering_sum(
@@ -360,43 +387,77 @@ def covering_sum(
     sharding: Any,
 ) -> jax.Array:
     """``_backward.covering_sum`` (the same sum, in the same order) without a
-    gather, for the windows :func:`dense` accepts (the seam's choice).
-
-    Tap ``j`` of output ``o`` along an axis reads coordinate ``o * stride +
-    offset + j = (o + shift) * stride + phase``: every window's gradient that
-    chose that tap lands in stride phase ``phase``, shifted by ``shift``
-    windows (a pad of the output grid). Taps are visited in reversed
-    row-major order, so each input element adds its windows in increasing
-    order, as the covering windows do; the phases are then interleaved once.
-    """
-    axes, nd, trail = spec.axes, spec.nd, spec.trail
-    lead, _ = split(grad_output.ndim, nd, trail)
+    gather, for the windows :func:`dense` accepts (the seam's choice); where
+    :func:`planes_minor` says so, over the planes moved to the minor axis (a
+    transpose of the gradients and indices in, of the sum out)."""
     acc = accumulation_dtype(x.dtype)
-    grads = grad_output.astype(acc)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
-    strides = row_major_strides(spec.in_size)
+    lead = split(grad_output.ndim, spec.nd, spec.trail)[0]
+    if sharding is not None or not planes_minor(spec, grad_output.shape):
+        return _phase_sum(grad_output, indices, acc, spec, lead, sharding)
+
+    def moved(arr: jax.Array) -> jax.Array:  # (*B, *S) -> (*S, prod(B))
+        return jnp.moveaxis(arr.reshape(-1, *arr.shape[lead:]), 0, -1)
+
+    total = _phase_sum(moved(grad_output), moved(indices), acc, spec, 0, None)
+    return jnp.moveaxis(total, -1, 0).reshape(*grad_output.shape[:lead], *spec.in_size)
+
+
+def _phase_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    acc: Any,
+    spec: PoolSpec,
+    lead: int,
+    sharding: Any,
+) -> jax.Array:
+    """:func:`covering_sum` over arrays whose spatial axes start at ``lead``.
+
+    Tap ``j`` of window ``o`` along an axis reads coordinate ``o * stride +
+    offset + j = (o + shift) * stride + phase``. So each stride phase's
+    positions gather their windows' gradients from the output grid shifted by
+    ``shift`` rows (a slice of it padded once, which XLA fuses into the sum),
+    one term per tap of that phase: the gradient where the shifted index is
+    the position, else zero. Taps are visited in reversed row-major order, so
+    each element adds its windows in increasing order, as the covering
+    windows do; the phases are then interleaved once."""
+    axes = spec.axes
     plans = [_taps(w) for w in axes]
-    shape = grads.shape
+    # Pad the output grid once by the largest shift each way (-1: no index).
+    low = [max(0, *(t.shift for t in taps)) for taps, _ in plans]
+    high = [
+        max(0, *(rows - w.out - t.shift for t in taps))
+        for (taps, rows), w in zip(plans, axes, strict=True)
+    ]
+    config = [(0, 0, 0)] * grad_output.ndim
+    for a in range(len(axes)):
+        config[lead + a] = (low[a], high[a], 0)
     zero = jnp.zeros((), acc)
+    grads = lax.pad(grad_output.astype(acc), zero, config)
+    indices = lax.pad(indices, jnp.array(-1, indices.dtype), config)
+    shape = list(grad_output.shape)
+    for a, (_, rows) in enumerate(plans):
+        shape[lead + a] = rows
+    strides = row_major_strides(spec.in_size)
     phases: dict[tuple[int, ...], jax.Array] = {}
-    for taps in itertools.product(*(plan[0] for plan in plans)):
+    for key in itertools.product(*(range(w.stride) for w in axes)):
         here = jnp.zeros((), indices.dtype)
-        real = None
-        config = [(0, 0, 0)] * grads.ndim
-        for a, (tap, (_, _, rows)) in enumerate(zip(taps, plans, strict=True)):
-            column = np.where(tap.real, tap.coords, 0) * strides[a]
-            here = here + per_window(column, lead + a, shape).astype(indices.dtype)
-            if not tap.real.all():
-                mask = per_window(tap.real, lead + a, shape)
-                real = mask if real is None else real & mask
-            config[lead + a] = (tap.shift, rows - axes[a].out - tap.shift, 0)
-        take = indices == here
-        if real is not None:
-            take = take & real
-        part = lax.pad(jnp.where(take, grads, zero), zero, config)
-        key = tuple(tap.phase for tap in taps)
-        phases[key] = phases[key] + part if key in phases else part
-    merged = _interleave(phases, [plan[1] for plan in plans], lead, acc, sharding)
+        for a, w in enumerate(axes):
+            row = lax.broadcasted_iota(indices.dtype, tuple(shape), lead + a)
+            here = here + (row * w.stride + key[a]) * strides[a]
+        ours = [
+            [t for t in taps if t.phase == p]
+            for (taps, _), p in zip(plans, key, strict=True)
+        ]
+        for taps in itertools.product(*ours):
+            start = [0] * grad_output.ndim
+            for a, tap in enumerate(taps):
+                start[lead + a] = low[a] - tap.shift
+            stop = [b + n for b, n in zip(start, shape, strict=True)]
+            take = lax.slice(indices, start, stop) == here
+            part = jnp.where(take, lax.slice(grads, start, stop), zero)
+            phases[key] = phases[key] + part if key in phases else part
+    merged = _interleave(phases, [w.stride for w in axes], lead, acc, sharding)
     for a, w in enumerate(axes):
         merged = lax.slice_in_dim(merged, 0, w.size, axis=lead + a)
     return merged

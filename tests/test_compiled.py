@@ -360,19 +360,32 @@ def _pooled_shape(shape, window):
     return (*shape[:2], *((n + 2 * p - k) // s + 1 for n in shape[2:]))
 
 
-def test_tpu_bfloat16_train_step_is_a_select_and_scatter():
-    """A bfloat16 train step's ``"auto"`` on a v5e is XLA's select-and-scatter
-    on keys of the input (no scatter, no gather): 1.79x the bytes of
-    ``jax.grad`` through ``lax.reduce_window`` and 1.5x its temporaries, where
-    the dense gather was 3.70x and 3.14x. The rest is the float32 the spec
-    accumulates in: the key and the gradient are float32 where the builtin's
-    are bfloat16, and XLA does not fuse the key into its relayout copy."""
+# The v5e train steps' bytes and temporaries against jax.grad through
+# lax.reduce_window's (its select-and-scatter), at most these ratios: parity
+# where the dense gather reaches it; bfloat16 within the float32 accumulator's
+# 1.2x; the 2-D row at the figure reached (2,818 MB, 2.33x, before).
+TPU_STEPS = {
+    "8x32x64³ k3 s2 p1": ((8, 32, 64, 64, 64), (3, 2, 1), "float32", 1.0, 1.0),
+    "2x32x96³ k3 s1 p1": ((2, 32, 96, 96, 96), (3, 1, 1), "float32", 1.0, 1.0),
+    "8x32x64³ k3 s2 p1 bf16": ((8, 32, 64, 64, 64), (3, 2, 1), "bfloat16", 1.2, 1.0),
+    "32x64x112² k3 s2 p1": ((32, 64, 112, 112), (3, 2, 1), "float32", 1.35, 1.0),
+}
+
+
+@pytest.mark.parametrize("label", TPU_STEPS)
+def test_tpu_train_step_costs_no_more_than_the_builtin(label):
+    """``jax.grad``'s ``"auto"`` on a v5e is the dense gather (no scatter, no
+    gather, no select-and-scatter) over the (n, c) planes moved to the minor
+    axis where that pads the TPU's tiles less; XLA's cost model rates its
+    bytes and temporaries within the row's ratios of ``jax.grad`` through
+    ``lax.reduce_window``, whose select-and-scatter selects in an order of its
+    own. (About a minute of compiling a row.)"""
     _target("v5e")
-    label, shape, window = "8x32x64³ k3 s2 p1 bf16", (8, 32, 64, 64, 64), (3, 2, 1)
+    shape, window, dtype, most_bytes, most_temps = TPU_STEPS[label]
     programs = {
         p.name: p
         for p in compiled.pool_programs(
-            label, shape, *window, dtype=jnp.bfloat16, pallas=False
+            label, shape, *window, dtype=jnp.dtype(dtype), pallas=False
         )
     }
     step = compiled.compile_for(*programs[f"{label} step auto"].build("v5e"), "v5e")
@@ -380,30 +393,13 @@ def test_tpu_bfloat16_train_step_is_a_select_and_scatter():
         *programs[f"{label} reduce_window step"].build("v5e"), "v5e"
     )
     assert step["compiled"] and ref["compiled"], (step["error"], ref["error"])
-    assert compiled.count_ops(step["hlo"], "select-and-scatter") == 1
-    assert step["ops"]["scatter"] == step["ops"]["gather"] == 0
-    assert step["bytes_accessed"] <= 1.8 * ref["bytes_accessed"]
-    assert step["temp_bytes"] <= 1.5 * ref["temp_bytes"]
-
-
-def test_the_tpu_gather_train_step_fits_a_v5e():
-    """The deterministic gather's train step (here also ``auto``'s: the dense
-    form) compiles for a v5e's 16 GB on the largest benchmark shape, where it
-    did not (its temporaries needed 16.03 GB), its temporaries within 3.5x
-    ``reduce_window`` autodiff's. (About a minute of compiling: the other
-    algorithms' steps are in benchmarks/results/compiled.md.)"""
-    _target("v5e")
-    label, shape, window = "2x32x96³ k3 s1 p1", (2, 32, 96, 96, 96), (3, 1, 1)
-    step = compiled.compile_for(
-        *_benchmark_program(label, shape, window, "step gather").build("v5e"), "v5e"
+    for op in ("select-and-scatter", "scatter", "gather", "sort"):
+        assert compiled.count_ops(step["hlo"], op) == 0, op
+    ratios = (
+        step["bytes_accessed"] / ref["bytes_accessed"],
+        step["temp_bytes"] / ref["temp_bytes"],
     )
-    assert step["compiled"], step["error"]
-    reference = _benchmark_program(label, shape, window, "reduce_window step")
-    ref = compiled.compile_for(*reference.build("v5e"), "v5e")
-    assert step["temp_bytes"] <= 3.5 * ref["temp_bytes"], (
-        step["temp_bytes"],
-        ref["temp_bytes"],
-    )
+    assert ratios[0] <= most_bytes and ratios[1] <= most_temps, ratios
 
 
 # ------------------------------------------------------- the GPU's "auto"
@@ -517,16 +513,11 @@ def test_jaxlib_version_is_read():
 def test_tpu_step_under_a_mesh_moves_no_arrays():
     """A bfloat16 train step sharded over (N, C) on a v5e 2x2, with Explicit
     and Auto axes: no collective in the compiled program (under a mesh the
-    TPU's backward is the gather, local to each plane). The control: the
-    select-and-scatter, bound as ``_select`` binds it, is gathered whole onto
-    every device by XLA's partitioner."""
+    TPU's backward is XLA's covering sum, local to each plane)."""
     _target("v5e")
     from jax.experimental import topologies
     from jax.sharding import AxisType, Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    from jaxpool import _select
-    from jaxpool._windows import AxisWindows, PoolSpec
 
     devices = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     collective = re.compile(
@@ -538,18 +529,12 @@ def test_tpu_step_under_a_mesh_moves_no_arrays():
         values = jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)[0]
         return jnp.sum(w * values.astype(jnp.float32))
 
-    spec = PoolSpec((AxisWindows(8, 4, 3, 2, -1),) * 3, False, "auto")
     for kind in (AxisType.Explicit, AxisType.Auto):
         mesh = Mesh(np.array(devices).reshape(2, 2), ("n", "c"), axis_types=(kind,) * 2)
         planes = NamedSharding(mesh, P("n", "c"))
         x = jax.ShapeDtypeStruct((4, 4, 8, 8, 8), jnp.bfloat16, sharding=planes)
         w = jax.ShapeDtypeStruct((4, 4, 4, 4, 4), jnp.float32, sharding=planes)
 
-        def control(x, w):
-            return _select.select_and_scatter(w, w.astype(jnp.int32), x, spec)
-
         with jax.set_mesh(mesh):
             step = jax.jit(jax.grad(loss)).trace(x, w).lower().compile().as_text()
-            bound = jax.jit(control).trace(x, w).lower().compile().as_text()
         assert collective.findall(step) == [], kind
-        assert collective.findall(bound), kind

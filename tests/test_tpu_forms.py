@@ -20,6 +20,8 @@ from helpers import assert_same, make_input, make_planes, platform_forms, rng_fo
 
 import jaxpool
 from jaxpool import _tpu
+from jaxpool._args import PoolArgs
+from jaxpool._spec import pool_spec
 from jaxpool._windows import AxisWindows
 
 # Every test here runs with the TPU's forms (tests/conftest.py); the oracle
@@ -60,16 +62,33 @@ def test_code_widths_are_the_ones_named():
     assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
 
 
-def test_backward_order_is_the_gathers():
+# The dense backward runs in the arrays' own layout, or with the (n, c) planes
+# moved to the minor axis where that pads a TPU's tiles less (_tpu.planes_minor).
+ORDER_CASES = {
+    "own layout, k3 s1 p1": ((2, 3, 9, 10, 11), (3, 1, 1), False),
+    "planes minor, k3 s2 p1": ((4, 64, 7, 9, 10), (3, 2, 1), True),
+    "planes minor, k2 s3 p1 (a phase no tap reads)": (
+        (2, 80, 11, 7, 9),
+        (2, 3, 1),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ORDER_CASES)
+def test_backward_order_is_the_gathers(name):
     """Non-integer gradients summed over overlapping windows: the TPU's dense
     backward adds each element's windows in the gather's order, so its bits
-    are the gather's, not merely close."""
-    x = make_input(rng_for("tpu-order"), (2, 3, 9, 10, 11), "float32", "ties")
-    values, _ = jaxpool.max_pool3d_with_argmax(x, 3, 1, 1)
+    are the gather's, not merely close; in either layout."""
+    shape, args, moved = ORDER_CASES[name]
+    x = make_input(rng_for("tpu-order", name), shape, "float32", "ties")
+    values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
+    spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
+    assert _tpu.planes_minor(spec, indices.shape) == moved
     w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape), jnp.float32)
 
     def grad(x):
-        loss = lambda x: jnp.sum(w * jaxpool.max_pool3d_with_argmax(x, 3, 1, 1)[0])  # noqa: E731
+        loss = lambda x: jnp.sum(w * jaxpool.max_pool3d_with_argmax(x, *args)[0])  # noqa: E731
         return jax.grad(loss)(x)
 
     got = grad(x)
