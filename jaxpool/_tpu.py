@@ -23,8 +23,10 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   read from the output grid shifted by the tap (a slice of the grid padded
   once: XLA fuses the whole phase into one loop), and the phases are
   interleaved once (a transpose): the ``"gather"`` backward's sum, in its
-  order, with no gather. Where the TPU's tiles pad the spatial axes more than
-  the ``(n, c)`` planes, it runs with the planes moved to the minor axis
+  order, with no gather. With more than one phase it reads each window's
+  chosen tap number (int8 for up to 127 taps, :func:`tap_codes`) instead of
+  its int32 index. Where the TPU's tiles pad the spatial axes more than the
+  ``(n, c)`` planes, it runs with the planes moved to the minor axis
   (:func:`planes_minor`). Dilated and adaptive windows take ``_backward``'s
   gather.
 """
@@ -342,6 +344,7 @@ class _Tap(NamedTuple):
 
     phase: int
     shift: int
+    number: int  # j
 
 
 def _taps(w: AxisWindows) -> tuple[list[_Tap], int]:
@@ -350,7 +353,7 @@ def _taps(w: AxisWindows) -> tuple[list[_Tap], int]:
     taps = []
     for j in range(w.taps - 1, -1, -1):
         start = w.offset + j * w.dilation
-        taps.append(_Tap(start % w.stride, start // w.stride))
+        taps.append(_Tap(start % w.stride, start // w.stride, j))
     return taps, -(-w.size // w.stride)
 
 
@@ -379,6 +382,36 @@ def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
     return moved < now
 
 
+def coded(spec: PoolSpec) -> bool:
+    """Whether :func:`covering_sum` reads tap numbers (:func:`tap_codes`)
+    instead of the indices: where some stride exceeds 1, so that each of
+    several phases reads them again. With stride 1, one loop reads the one
+    padded index array for every tap, and the codes' arithmetic costs more
+    than its int8 reads save (v5e cost model, 2x32x96³ k3 s1 p1: a train step
+    of 2,491 MB against 1,963)."""
+    return any(w.stride > 1 for w in spec.axes)
+
+
+def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
+    """Which tap of its window each index is, row-major over the window's
+    taps; -1 where it is none (an index out of range, or outside the window:
+    one the ``"gather"`` backward drops too). int8 up to 127 taps."""
+    size = math.prod(spec.in_size)
+    number = jnp.zeros(indices.shape, jnp.int32)
+    valid = (indices >= 0) & (indices < size)
+    for a, (w, stride) in enumerate(
+        zip(spec.axes, row_major_strides(spec.in_size), strict=True)
+    ):
+        coordinate = (indices // stride % w.size).astype(jnp.int32)
+        o = lax.broadcasted_iota(jnp.int32, indices.shape, lead + a)
+        j = coordinate - (o * w.stride + w.offset)
+        valid = valid & (j >= 0) & (j < w.taps)
+        number = number * w.taps + j
+    taps = math.prod(w.taps for w in spec.axes)
+    dtype = jnp.int8 if taps <= 127 else jnp.int16 if taps < 2**15 else jnp.int32
+    return jnp.where(valid, number, -1).astype(dtype)
+
+
 def covering_sum(
     grad_output: jax.Array,
     indices: jax.Array,
@@ -388,39 +421,52 @@ def covering_sum(
 ) -> jax.Array:
     """``_backward.covering_sum`` (the same sum, in the same order) without a
     gather, for the windows :func:`dense` accepts (the seam's choice); where
-    :func:`planes_minor` says so, over the planes moved to the minor axis (a
-    transpose of the gradients and indices in, of the sum out)."""
+    :func:`coded` says so, by tap numbers; where :func:`planes_minor` says
+    so, over the planes moved to the minor axis (a transpose of the gradients
+    and keys in, of the sum out)."""
     acc = accumulation_dtype(x.dtype)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
     lead = split(grad_output.ndim, spec.nd, spec.trail)[0]
+    keys = tap_codes(indices, spec, lead) if coded(spec) else indices
     if sharding is not None or not planes_minor(spec, grad_output.shape):
-        return _phase_sum(grad_output, indices, acc, spec, lead, sharding)
+        return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
     def moved(arr: jax.Array) -> jax.Array:  # (*B, *S) -> (*S, prod(B))
         return jnp.moveaxis(arr.reshape(-1, *arr.shape[lead:]), 0, -1)
 
-    total = _phase_sum(moved(grad_output), moved(indices), acc, spec, 0, None)
+    if coded(spec):
+        # Barriers on both sides of the codes' transpose: without them XLA's
+        # TPU layout assignment moves the codes' int32 arithmetic past it, or
+        # the taps' selects before it (v5e cost model, train steps: 32x64x112²
+        # k3 s2 p1 1,448 MB against 2,206; 8x32x64³ k2 s2 3,498 against 6,241).
+        keys = lax.optimization_barrier(keys)
+        keys = lax.optimization_barrier(moved(keys))
+    else:
+        keys = moved(keys)
+    total = _phase_sum(moved(grad_output), keys, acc, spec, 0, None)
     return jnp.moveaxis(total, -1, 0).reshape(*grad_output.shape[:lead], *spec.in_size)
 
 
 def _phase_sum(
     grad_output: jax.Array,
-    indices: jax.Array,
+    keys: jax.Array,
     acc: Any,
     spec: PoolSpec,
     lead: int,
     sharding: Any,
 ) -> jax.Array:
-    """:func:`covering_sum` over arrays whose spatial axes start at ``lead``.
+    """:func:`covering_sum` over arrays whose spatial axes start at ``lead``,
+    given the windows' indices or, where :func:`coded`, their tap numbers.
 
     Tap ``j`` of window ``o`` along an axis reads coordinate ``o * stride +
     offset + j = (o + shift) * stride + phase``. So each stride phase's
     positions gather their windows' gradients from the output grid shifted by
     ``shift`` rows (a slice of it padded once, which XLA fuses into the sum),
-    one term per tap of that phase: the gradient where the shifted index is
-    the position, else zero. Taps are visited in reversed row-major order, so
-    each element adds its windows in increasing order, as the covering
-    windows do; the phases are then interleaved once."""
+    one term per tap of that phase: the gradient where the shifted window's
+    index is the position (its tap number is the tap's), else zero. Taps are
+    visited in reversed row-major order, so each element adds its windows in
+    increasing order, as the covering windows do; the phases are then
+    interleaved once."""
     axes = spec.axes
     plans = [_taps(w) for w in axes]
     # Pad the output grid once by the largest shift each way (-1: no index).
@@ -434,27 +480,30 @@ def _phase_sum(
         config[lead + a] = (low[a], high[a], 0)
     zero = jnp.zeros((), acc)
     grads = lax.pad(grad_output.astype(acc), zero, config)
-    indices = lax.pad(indices, jnp.array(-1, indices.dtype), config)
+    by_number = coded(spec)
+    keys = lax.pad(keys, jnp.array(-1, keys.dtype), config)
     shape = list(grad_output.shape)
     for a, (_, rows) in enumerate(plans):
         shape[lead + a] = rows
     strides = row_major_strides(spec.in_size)
     phases: dict[tuple[int, ...], jax.Array] = {}
     for key in itertools.product(*(range(w.stride) for w in axes)):
-        here = jnp.zeros((), indices.dtype)
-        for a, w in enumerate(axes):
-            row = lax.broadcasted_iota(indices.dtype, tuple(shape), lead + a)
+        here = jnp.zeros((), keys.dtype)  # each position's flat index
+        for a, w in enumerate(axes if not by_number else ()):
+            row = lax.broadcasted_iota(keys.dtype, tuple(shape), lead + a)
             here = here + (row * w.stride + key[a]) * strides[a]
         ours = [
             [t for t in taps if t.phase == p]
             for (taps, _), p in zip(plans, key, strict=True)
         ]
         for taps in itertools.product(*ours):
-            start = [0] * grad_output.ndim
+            start, number = [0] * grad_output.ndim, 0
             for a, tap in enumerate(taps):
                 start[lead + a] = low[a] - tap.shift
+                number = number * axes[a].taps + tap.number
             stop = [b + n for b, n in zip(start, shape, strict=True)]
-            take = lax.slice(indices, start, stop) == here
+            wanted = jnp.array(number, keys.dtype) if by_number else here
+            take = lax.slice(keys, start, stop) == wanted
             part = jnp.where(take, lax.slice(grads, start, stop), zero)
             phases[key] = phases[key] + part if key in phases else part
     merged = _interleave(phases, [w.stride for w in axes], lead, acc, sharding)

@@ -12,6 +12,8 @@ position codes, the order of the backward's sums, grad of grad);
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,13 +65,37 @@ def test_code_widths_are_the_ones_named():
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
-# moved to the minor axis where that pads a TPU's tiles less (_tpu.planes_minor).
+# moved to the minor axis where that pads a TPU's tiles less (_tpu.planes_minor);
+# it matches the windows' indices (stride 1) or, with several stride phases,
+# their tap numbers (_tpu.coded). Cases: (shape, args, channels_last, moved,
+# coded).
 ORDER_CASES = {
-    "own layout, k3 s1 p1": ((2, 3, 9, 10, 11), (3, 1, 1), False),
-    "planes minor, k3 s2 p1": ((4, 64, 7, 9, 10), (3, 2, 1), True),
-    "planes minor, k2 s3 p1 (a phase no tap reads)": (
+    "own layout, k3 s1 p1, indices": (
+        (2, 3, 9, 10, 11),
+        (3, 1, 1),
+        False,
+        False,
+        False,
+    ),
+    "own layout, channels-last k3 s2 p1, tap numbers": (
+        (2, 9, 10, 11, 6),
+        (3, 2, 1),
+        True,
+        False,
+        True,
+    ),
+    "planes minor, k3 s2 p1, tap numbers": (
+        (4, 64, 7, 9, 10),
+        (3, 2, 1),
+        False,
+        True,
+        True,
+    ),
+    "planes minor, k2 s3 p1 (a phase no tap reads), tap numbers": (
         (2, 80, 11, 7, 9),
         (2, 3, 1),
+        False,
+        True,
         True,
     ),
 }
@@ -79,22 +105,63 @@ ORDER_CASES = {
 def test_backward_order_is_the_gathers(name):
     """Non-integer gradients summed over overlapping windows: the TPU's dense
     backward adds each element's windows in the gather's order, so its bits
-    are the gather's, not merely close; in either layout."""
-    shape, args, moved = ORDER_CASES[name]
+    are the gather's, not merely close; in either layout, by index or by tap
+    number."""
+    shape, args, channels_last, moved, by_number = ORDER_CASES[name]
+    pool = functools.partial(
+        jaxpool.max_pool3d_with_argmax, channels_last=channels_last
+    )
     x = make_input(rng_for("tpu-order", name), shape, "float32", "ties")
-    values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
-    spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
+    values, indices = pool(x, *args)
+    spec = pool_spec("t", 3, x.shape, PoolArgs(*args, channels_last=channels_last))
     assert _tpu.planes_minor(spec, indices.shape) == moved
+    assert _tpu.coded(spec) == by_number
     w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape), jnp.float32)
 
     def grad(x):
-        loss = lambda x: jnp.sum(w * jaxpool.max_pool3d_with_argmax(x, *args)[0])  # noqa: E731
+        loss = lambda x: jnp.sum(w * pool(x, *args)[0])  # noqa: E731
         return jax.grad(loss)(x)
 
     got = grad(x)
     with platform_forms("default"):
         gathered = grad(x)  # the accelerators' gather: overlapping windows
     assert_same(got, gathered)
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["own layout", "planes minor"])
+def test_tap_numbers_drop_what_the_gather_drops(moved):
+    """The public backward's ``"gather"`` counts an index only inside its own
+    window. By tap number too: an index out of the plane (negative, the plane
+    size, 2**31 - 1) or in the plane but outside its window names no tap,
+    and is not wrapped into one."""
+    shape = (4, 64, 7, 8, 9) if moved else (1, 2, 7, 8, 9)
+    args = (3, 2, 1)
+    x = make_input(rng_for("tpu-drop", str(moved)), shape, "float32", "random")
+    values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
+    spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
+    assert _tpu.planes_minor(spec, indices.shape) == moved and _tpu.coded(spec)
+    plane = 7 * 8 * 9
+    hostile = np.array(indices)
+    # Each out-of-plane index planted where floor division would wrap it into
+    # the window: -1 to (6, 7, 8), the plane size to (0, 0, 0), 2**31 - 1 to
+    # (1, 6, 1).
+    hostile[0, 0, 3, 3, 4] = -1
+    hostile[0, 0, 0, 0, 0] = plane
+    hostile[0, 1, 0, 3, 0] = 2**31 - 1
+    hostile[0, 1, 0, 0, 0] = hostile[0, 1, 3, 3, 3]  # another window's tap
+    hostile[0, 1, 1, 2, 3] += 3 * 8 * 9  # its row and column, 3 slices deeper
+    g = jnp.arange(1.0, values.size + 1).reshape(values.shape)
+
+    def backward(indices):
+        return jaxpool.max_pool3d_with_argmax_backward(
+            g, x, indices, *args, algorithm="gather"
+        )
+
+    got = backward(hostile)
+    with platform_forms("default"):
+        want = backward(hostile)  # XLA's covering sum
+    assert_same(got, want)
+    assert not np.array_equal(got, backward(indices))  # the planted ones mattered
 
 
 @pytest.mark.parametrize(
