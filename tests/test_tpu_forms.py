@@ -91,6 +91,13 @@ ORDER_CASES = {
         True,
         True,
     ),
+    "planes minor in tiles, k3 s2 p1, tap numbers": (
+        (8, 128, 5, 6, 7),
+        (3, 2, 1),
+        False,
+        True,
+        True,
+    ),
     "planes minor, k2 s3 p1 (a phase no tap reads), tap numbers": (
         (2, 80, 11, 7, 9),
         (2, 3, 1),
@@ -128,15 +135,18 @@ def test_backward_order_is_the_gathers(name):
     assert_same(got, gathered)
 
 
-@pytest.mark.parametrize("moved", [False, True], ids=["own layout", "planes minor"])
-def test_tap_numbers_drop_what_the_gather_drops(moved):
+@pytest.mark.parametrize(
+    "shape, moved",
+    [((1, 2, 7, 8, 9), False), ((4, 64, 7, 8, 9), True), ((8, 128, 7, 8, 9), True)],
+    ids=["own layout", "planes minor", "planes minor in tiles"],
+)
+def test_tap_numbers_drop_what_the_gather_drops(shape, moved):
     """The public backward's ``"gather"`` counts an index only inside its own
     window. By tap number too: an index out of the plane (negative, the plane
     size, 2**31 - 1) or in the plane but outside its window names no tap,
     and is not wrapped into one."""
-    shape = (4, 64, 7, 8, 9) if moved else (1, 2, 7, 8, 9)
     args = (3, 2, 1)
-    x = make_input(rng_for("tpu-drop", str(moved)), shape, "float32", "random")
+    x = make_input(rng_for("tpu-drop", str(shape)), shape, "float32", "random")
     values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
     assert _tpu.planes_minor(spec, indices.shape) == moved and _tpu.coded(spec)
