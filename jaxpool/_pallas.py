@@ -44,6 +44,7 @@ from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
+    coordinates,
     fill_empty,
     row_major_strides,
     split,
@@ -91,14 +92,6 @@ def _div(a: jax.Array, b: int) -> jax.Array:
     return lax.div(a, jnp.int32(b))
 
 
-def _coordinates(flat: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
-    """Row-major coordinates of non-negative flat offsets into ``sizes``."""
-    return [
-        lax.rem(_div(flat, s), jnp.int32(n))
-        for s, n in zip(row_major_strides(sizes), sizes, strict=True)
-    ]
-
-
 def _program(count: int, channels: int, rows: int, cols: int) -> tuple[Any, ...]:
     """This program's plane, its ``rows`` positions and ``cols`` channels (with
     their masks), from a one-dimensional grid over planes x row tiles x
@@ -122,7 +115,7 @@ def _scan(sizes: tuple[int, ...], body: Any, carry: Any) -> Any:
         return carry
 
     def step(k: jax.Array, carry: Any) -> Any:
-        return body(_coordinates(k, sizes), carry)
+        return body(coordinates(k, sizes), carry)
 
     count = math.prod(sizes)  # int32 bounds: an int32 counter under x64 too
     return lax.fori_loop(jnp.int32(0), jnp.int32(count), step, carry)
@@ -134,7 +127,7 @@ def _scan(sizes: tuple[int, ...], body: Any, carry: Any) -> Any:
 def _forward_kernel(x_ref, v_ref, i_ref, *, spec, Q, T, BQ, BT) -> None:
     axes = spec.axes
     b, q, q_ok, t, t_ok = _program(Q, T, BQ, BT)
-    o = _coordinates(jnp.where(q_ok, q, 0), spec.out_size)
+    o = coordinates(jnp.where(q_ok, q, 0), spec.out_size)
     strides = row_major_strides(spec.in_size)
     starts, ends, firsts = [], [], []
     for w, oa in zip(axes, o, strict=True):
@@ -248,7 +241,7 @@ def _covering(w: AxisWindows, c: jax.Array) -> tuple[jax.Array, jax.Array, int]:
 
 def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, T, BP, BT) -> None:
     b, p, p_ok, t, t_ok = _program(P, T, BP, BT)
-    c = _coordinates(jnp.where(p_ok, p, 0), spec.in_size)
+    c = coordinates(jnp.where(p_ok, p, 0), spec.in_size)
     bounds = [_covering(w, ca) for w, ca in zip(spec.axes, c, strict=True)]
     out_strides = row_major_strides(spec.out_size)
     t_at = jnp.where(t_ok, t, 0)[None, :]

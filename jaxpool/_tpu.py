@@ -44,11 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._planes import accumulation_dtype, gather_at
+from ._planes import accumulation_dtype, gather_at, in_plane
 from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
+    coordinates,
     empty_windows,
     fill_empty,
     per_window,
@@ -400,13 +401,12 @@ def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     """Which tap of its window each index is, row-major over the window's
     taps; -1 where it is none (an index out of range, or outside the window:
     one the ``"gather"`` backward drops too). int8 up to 127 taps."""
-    size = math.prod(spec.in_size)
+    valid = in_plane(indices, math.prod(spec.in_size))
+    flat = jnp.where(valid, indices, 0).astype(jnp.int32)
     number = jnp.zeros(indices.shape, jnp.int32)
-    valid = (indices >= 0) & (indices < size)
-    for a, (w, stride) in enumerate(
-        zip(spec.axes, row_major_strides(spec.in_size), strict=True)
+    for a, (w, coordinate) in enumerate(
+        zip(spec.axes, coordinates(flat, spec.in_size), strict=True)
     ):
-        coordinate = (indices // stride % w.size).astype(jnp.int32)
         o = lax.broadcasted_iota(jnp.int32, indices.shape, lead + a)
         j = coordinate - (o * w.stride + w.offset)
         valid = valid & (j >= 0) & (j < w.taps)
@@ -431,7 +431,8 @@ def covering_sum(
     acc = accumulation_dtype(x.dtype)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
     lead = split(grad_output.ndim, spec.nd, spec.trail)[0]
-    keys = tap_codes(indices, spec, lead) if coded(spec) else indices
+    by_number = coded(spec)
+    keys = tap_codes(indices, spec, lead) if by_number else indices
     if sharding is not None or not planes_minor(spec, grad_output.shape):
         return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
@@ -442,14 +443,14 @@ def covering_sum(
     # 1,448 MB to 1,242; 8x128x32³ k3 s2 p1 1,439 to 843; with stride 1,
     # nothing to interleave, 4x256x40³ k3 s1 p1 would go 3,277 to 4,850).
     planes = math.prod(grad_output.shape[:lead])
-    tiles = (-1, 128) if coded(spec) and planes % _TILE == 0 else (-1,)
+    tiles = (-1, 128) if by_number and planes % _TILE == 0 else (-1,)
     plane_axes = tuple(range(len(tiles)))
     ends = tuple(range(-len(tiles), 0))
 
     def moved(arr: jax.Array) -> jax.Array:
         return jnp.moveaxis(arr.reshape(*tiles, *arr.shape[lead:]), plane_axes, ends)
 
-    if coded(spec):
+    if by_number:
         # Barriers on both sides of the codes' transpose: without them XLA's
         # TPU layout assignment moves the codes' int32 arithmetic past it, or
         # the taps' selects before it (v5e cost model, train steps, measured
@@ -506,9 +507,10 @@ def _phase_sum(
     phases: dict[tuple[int, ...], jax.Array] = {}
     for key in itertools.product(*(range(w.stride) for w in axes)):
         here = jnp.zeros((), keys.dtype)  # each position's flat index
-        for a, w in enumerate(axes if not by_number else ()):
-            row = lax.broadcasted_iota(keys.dtype, tuple(shape), lead + a)
-            here = here + (row * w.stride + key[a]) * strides[a]
+        if not by_number:  # (tap numbers compare a constant instead)
+            for a, w in enumerate(axes):
+                row = lax.broadcasted_iota(keys.dtype, tuple(shape), lead + a)
+                here = here + (row * w.stride + key[a]) * strides[a]
         ours = [
             [t for t in taps if t.phase == p]
             for (taps, _), p in zip(plans, key, strict=True)

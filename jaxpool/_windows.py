@@ -20,6 +20,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 # Indices are int32: the largest plane, and the largest flat offset into a
 # whole array that the CPU scatter forms (see ``_planes``).
@@ -228,6 +229,15 @@ def with_spatial(
 def row_major_strides(sizes: Sequence[int]) -> list[int]:
     """The flat-offset stride of each axis of a row-major array of ``sizes``."""
     return [math.prod(sizes[a + 1 :]) for a in range(len(sizes))]
+
+
+def coordinates(flat: jax.Array, sizes: Sequence[int]) -> list[jax.Array]:
+    """Row-major coordinates of non-negative int32 flat offsets into ``sizes``
+    (truncating division: the floor there, and plain in Triton too)."""
+    return [
+        lax.rem(lax.div(flat, jnp.int32(s)), jnp.int32(n))
+        for s, n in zip(row_major_strides(sizes), sizes, strict=True)
+    ]
 
 
 def per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
