@@ -91,6 +91,13 @@ ORDER_CASES = {
         True,
         True,
     ),
+    "planes minor, k3 s1 p1, indices": (
+        (4, 64, 7, 9, 10),
+        (3, 1, 1),
+        False,
+        True,
+        False,
+    ),
     "planes minor in tiles, k3 s2 p1, tap numbers": (
         (8, 128, 5, 6, 7),
         (3, 2, 1),
@@ -160,6 +167,10 @@ def test_tap_numbers_drop_what_the_gather_drops(shape, moved):
     hostile[0, 1, 0, 3, 0] = 2**31 - 1
     hostile[0, 1, 0, 0, 0] = hostile[0, 1, 3, 3, 3]  # another window's tap
     hostile[0, 1, 1, 2, 3] += 3 * 8 * 9  # its row and column, 3 slices deeper
+    # Window (2, 2, 2) starts at (3, 3, 3): an index one slice past its start
+    # and one row before it, offsets (1, -1, 0), has the row-major tap number
+    # 9 - 3 = 6 of the tap (0, 2, 0) unless the window's bounds are checked.
+    hostile[0, 1, 2, 2, 2] = np.ravel_multi_index((4, 2, 3), (7, 8, 9))
     g = jnp.arange(1.0, values.size + 1).reshape(values.shape)
 
     def backward(indices):
