@@ -27,9 +27,10 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   chosen tap number (int8 for up to 127 taps, :func:`tap_codes`) instead of
   its int32 index. Where the TPU's tiles pad the spatial axes more than the
   ``(n, c)`` planes, it runs with the planes moved to the minor axis
-  (:func:`planes_minor`), split into tiles' rows of 128 where they fill whole
-  tiles and there are phases to interleave. Dilated and adaptive windows take
-  ``_backward``'s gather.
+  (:func:`planes_minor`): on their own axes where the channels fill the
+  TPU's lanes, else as one axis, split into tiles' rows of 128 where they
+  fill whole tiles and there are phases to interleave (:func:`plane_axes`).
+  Dilated and adaptive windows take ``_backward``'s gather.
 """
 
 from __future__ import annotations
@@ -387,6 +388,30 @@ def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
     return moved < now
 
 
+def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes the ``(n, c)`` planes of an array of ``shape`` take behind
+    the spatial ones when :func:`planes_minor`: their own, ``(*S, N, C)``,
+    where the channels fill the TPU's 128 lanes, as XLA's TPU default layout
+    often already holds them (4x256x40³ is ``{1,4,3,2,0}``, 32x256x28² is
+    ``{1,0,3,2}``), so that moving them is a bitcast or moves whole tiles;
+    else one axis of ``N * C`` planes, ``(*S, N * C / 128, 128)`` where they
+    fill whole 8 x 128 tiles and there are stride phases to interleave (every
+    spatial axis is then major, and interleaving the phases moves whole tiles
+    instead of shuffling sublanes), ``(*S, N * C)`` otherwise (v5e cost model,
+    train steps: 4x256x40³ k3 s1 p1 3,277 MB as one axis, 1,704 on their
+    own, against the builtin's 2,359; 32x256x28² k3 s1 p1 420 to 244;
+    32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
+    with stride 1, nothing to interleave, tiles' rows would take 4x256x40³
+    k3 s1 p1 from 3,277 to 4,850)."""
+    lead = split(len(shape), spec.nd, spec.trail)[0]
+    planes = shape[:lead]
+    if planes[-1] % 128 == 0:
+        return planes
+    if coded(spec) and math.prod(planes) % _TILE == 0:  # stride phases
+        return (math.prod(planes) // 128, 128)
+    return (math.prod(planes),)
+
+
 def coded(spec: PoolSpec) -> bool:
     """Whether :func:`covering_sum` reads tap numbers (:func:`tap_codes`)
     instead of the indices: where some stride exceeds 1, so that each of
@@ -436,19 +461,13 @@ def covering_sum(
     if sharding is not None or not planes_minor(spec, grad_output.shape):
         return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
-    # (*B, *S) -> (*S, P) or, where there are phases to interleave and the P
-    # planes fill whole tiles, (*S, P // 128, 128): every spatial axis is then
-    # major, and interleaving the phases moves whole tiles instead of
-    # shuffling sublanes (v5e cost model, train steps: 32x64x112² k3 s2 p1
-    # 1,448 MB to 1,242; 8x128x32³ k3 s2 p1 1,439 to 843; with stride 1,
-    # nothing to interleave, 4x256x40³ k3 s1 p1 would go 3,277 to 4,850).
-    planes = math.prod(grad_output.shape[:lead])
-    tiles = (-1, 128) if by_number and planes % _TILE == 0 else (-1,)
-    plane_axes = tuple(range(len(tiles)))
+    # (*B, *S) -> (*S, *T), T the planes' axes of plane_axes.
+    tiles = plane_axes(spec, grad_output.shape)
+    starts = tuple(range(len(tiles)))
     ends = tuple(range(-len(tiles), 0))
 
     def moved(arr: jax.Array) -> jax.Array:
-        return jnp.moveaxis(arr.reshape(*tiles, *arr.shape[lead:]), plane_axes, ends)
+        return jnp.moveaxis(arr.reshape(*tiles, *arr.shape[lead:]), starts, ends)
 
     if by_number:
         # Barriers on both sides of the codes' transpose: without them XLA's
@@ -461,7 +480,7 @@ def covering_sum(
     else:
         keys = moved(keys)
     total = _phase_sum(moved(grad_output), keys, acc, spec, 0, None)
-    total = jnp.moveaxis(total, ends, plane_axes)
+    total = jnp.moveaxis(total, ends, starts)
     return total.reshape(*grad_output.shape[:lead], *spec.in_size)
 
 

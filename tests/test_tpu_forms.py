@@ -65,51 +65,61 @@ def test_code_widths_are_the_ones_named():
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
-# moved to the minor axis where that pads a TPU's tiles less (_tpu.planes_minor);
-# it matches the windows' indices (stride 1) or, with several stride phases,
-# their tap numbers (_tpu.coded). Cases: (shape, args, channels_last, moved,
-# coded).
+# moved behind the spatial axes where that pads a TPU's tiles less
+# (_tpu.planes_minor), on the axes of _tpu.plane_axes: their own where the
+# channels fill the lanes, else one, or tiles' rows; it matches the windows'
+# indices (stride 1) or, with several stride phases, their tap numbers
+# (_tpu.coded). Cases: (shape, args, channels_last, the planes' axes or None
+# where they stay, coded).
 ORDER_CASES = {
-    "own layout, k3 s1 p1, indices": (
-        (2, 3, 9, 10, 11),
-        (3, 1, 1),
-        False,
-        False,
-        False,
-    ),
+    "own layout, k3 s1 p1, indices": ((2, 3, 9, 10, 11), (3, 1, 1), False, None, False),
     "own layout, channels-last k3 s2 p1, tap numbers": (
         (2, 9, 10, 11, 6),
         (3, 2, 1),
         True,
-        False,
+        None,
         True,
     ),
     "planes minor, k3 s2 p1, tap numbers": (
         (4, 64, 7, 9, 10),
         (3, 2, 1),
         False,
-        True,
+        (256,),
         True,
     ),
     "planes minor, k3 s1 p1, indices": (
         (4, 64, 7, 9, 10),
         (3, 1, 1),
         False,
-        True,
+        (256,),
         False,
     ),
     "planes minor in tiles, k3 s2 p1, tap numbers": (
-        (8, 128, 5, 6, 7),
+        (16, 64, 5, 6, 7),
         (3, 2, 1),
         False,
+        (8, 128),
         True,
+    ),
+    "planes minor on their own axes, k3 s2 p1, tap numbers": (
+        (2, 128, 5, 6, 7),
+        (3, 2, 1),
+        False,
+        (2, 128),
         True,
+    ),
+    "planes minor on their own axes, k3 s1 p1, indices": (
+        (2, 256, 5, 6, 7),
+        (3, 1, 1),
+        False,
+        (2, 256),
+        False,
     ),
     "planes minor, k2 s3 p1 (a phase no tap reads), tap numbers": (
         (2, 80, 11, 7, 9),
         (2, 3, 1),
         False,
-        True,
+        (160,),
         True,
     ),
 }
@@ -121,14 +131,16 @@ def test_backward_order_is_the_gathers(name):
     backward adds each element's windows in the gather's order, so its bits
     are the gather's, not merely close; in either layout, by index or by tap
     number."""
-    shape, args, channels_last, moved, by_number = ORDER_CASES[name]
+    shape, args, channels_last, planes, by_number = ORDER_CASES[name]
     pool = functools.partial(
         jaxpool.max_pool3d_with_argmax, channels_last=channels_last
     )
     x = make_input(rng_for("tpu-order", name), shape, "float32", "ties")
     values, indices = pool(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args, channels_last=channels_last))
-    assert _tpu.planes_minor(spec, indices.shape) == moved
+    assert _tpu.planes_minor(spec, indices.shape) == (planes is not None)
+    if planes is not None:
+        assert _tpu.plane_axes(spec, indices.shape) == planes
     assert _tpu.coded(spec) == by_number
     w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape), jnp.float32)
 
@@ -144,8 +156,13 @@ def test_backward_order_is_the_gathers(name):
 
 @pytest.mark.parametrize(
     "shape, moved",
-    [((1, 2, 7, 8, 9), False), ((4, 64, 7, 8, 9), True), ((8, 128, 7, 8, 9), True)],
-    ids=["own layout", "planes minor", "planes minor in tiles"],
+    [
+        ((1, 2, 7, 8, 9), False),
+        ((4, 64, 7, 8, 9), True),
+        ((16, 64, 7, 8, 9), True),
+        ((2, 128, 7, 8, 9), True),
+    ],
+    ids=["own layout", "planes minor", "planes minor in tiles", "on their own axes"],
 )
 def test_tap_numbers_drop_what_the_gather_drops(shape, moved):
     """The public backward's ``"gather"`` counts an index only inside its own
