@@ -401,8 +401,8 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     train steps: 4x256x40³ k3 s1 p1 3,277 MB as one axis, 1,704 on their
     own, against the builtin's 2,359; 32x256x28² k3 s1 p1 420 to 244;
     32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
-    with stride 1, nothing to interleave, tiles' rows would take 4x256x40³
-    k3 s1 p1 from 3,277 to 4,850)."""
+    with stride 1, nothing to interleave, tiles' rows took 4x256x40³ k3 s1
+    p1, measured as one axis before it took its own, from 3,277 to 4,850)."""
     lead = split(len(shape), spec.nd, spec.trail)[0]
     planes = shape[:lead]
     if planes[-1] % 128 == 0:

@@ -125,6 +125,14 @@ ORDER_CASES = {
 }
 
 
+def _assert_planes(spec, shape, planes):
+    """The dense backward keeps the planes in place (``planes`` None) or moves
+    them onto the axes ``planes``."""
+    assert _tpu.planes_minor(spec, shape) == (planes is not None)
+    if planes is not None:
+        assert _tpu.plane_axes(spec, shape) == planes
+
+
 @pytest.mark.parametrize("name", ORDER_CASES)
 def test_backward_order_is_the_gathers(name):
     """Non-integer gradients summed over overlapping windows: the TPU's dense
@@ -138,9 +146,7 @@ def test_backward_order_is_the_gathers(name):
     x = make_input(rng_for("tpu-order", name), shape, "float32", "ties")
     values, indices = pool(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args, channels_last=channels_last))
-    assert _tpu.planes_minor(spec, indices.shape) == (planes is not None)
-    if planes is not None:
-        assert _tpu.plane_axes(spec, indices.shape) == planes
+    _assert_planes(spec, indices.shape, planes)
     assert _tpu.coded(spec) == by_number
     w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape), jnp.float32)
 
@@ -155,16 +161,16 @@ def test_backward_order_is_the_gathers(name):
 
 
 @pytest.mark.parametrize(
-    "shape, moved",
+    "shape, planes",
     [
-        ((1, 2, 7, 8, 9), False),
-        ((4, 64, 7, 8, 9), True),
-        ((16, 64, 7, 8, 9), True),
-        ((2, 128, 7, 8, 9), True),
+        ((1, 2, 7, 8, 9), None),
+        ((4, 64, 7, 8, 9), (256,)),
+        ((16, 64, 7, 8, 9), (8, 128)),
+        ((2, 128, 7, 8, 9), (2, 128)),
     ],
     ids=["own layout", "planes minor", "planes minor in tiles", "on their own axes"],
 )
-def test_tap_numbers_drop_what_the_gather_drops(shape, moved):
+def test_tap_numbers_drop_what_the_gather_drops(shape, planes):
     """The public backward's ``"gather"`` counts an index only inside its own
     window. By tap number too: an index out of the plane (negative, the plane
     size, 2**31 - 1) or in the plane but outside its window names no tap,
@@ -173,7 +179,8 @@ def test_tap_numbers_drop_what_the_gather_drops(shape, moved):
     x = make_input(rng_for("tpu-drop", str(shape)), shape, "float32", "random")
     values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
-    assert _tpu.planes_minor(spec, indices.shape) == moved and _tpu.coded(spec)
+    _assert_planes(spec, indices.shape, planes)
+    assert _tpu.coded(spec)
     plane = 7 * 8 * 9
     hostile = np.array(indices)
     # Each out-of-plane index planted where floor division would wrap it into
