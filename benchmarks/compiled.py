@@ -415,6 +415,22 @@ def benchmark_programs(quick: bool = False) -> list[Program]:
             channels_last=True,
             pallas=False,
         ),
+        # Flax's layout for a ResNet stem's pool: 64 channels fill half of a
+        # TPU's lanes.
+        *(
+            program
+            for dtype, name in ((jnp.float32, ""), (jnp.bfloat16, " bf16"))
+            for program in pool_programs(
+                f"32x112²x64 k3 s2 p1 channels-last{name}",
+                (32, 112, 112, 64),
+                3,
+                2,
+                1,
+                dtype=dtype,
+                channels_last=True,
+                pallas=False,
+            )
+        ),
         *adaptive_programs("128x64x97x131 → 13x17", (128, 64, 97, 131), (13, 17)),
         *fractional_programs(
             "fractional 32x64x112² k2 → 79²", (32, 64, 112, 112), 2, (79, 79)

@@ -26,7 +26,8 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   order, with no gather. With more than one phase it reads each window's
   chosen tap number (int8 for up to 127 taps, :func:`tap_codes`) instead of
   its int32 index. Where the TPU's tiles pad the spatial axes more than the
-  ``(n, c)`` planes, it runs with the planes moved to the minor axis
+  ``(n, c)`` planes (channels-last: where XLA lays a spatial axis in the
+  lanes), it runs with the planes moved to the minor axis
   (:func:`planes_minor`): on their own axes where the channels fill the
   TPU's lanes, else as one axis, split into tiles' rows of 128 where they
   fill whole tiles and there are phases to interleave (:func:`plane_axes`).
@@ -56,6 +57,7 @@ from ._windows import (
     per_window,
     row_major_strides,
     split,
+    with_spatial,
 )
 
 
@@ -372,19 +374,35 @@ def _padded(shape: tuple[int, ...]) -> int:
     return math.prod(major) * -(-rows // 8) * 8 * -(-lanes // 128) * 128
 
 
+def _lane_axis(shape: tuple[int, ...]) -> int:
+    """The axis XLA's TPU default layout stores minor, in the 128 lanes: the
+    one that pads them least, the last of equals (v5e: 32x112²x64 and
+    8x64³x32 channels-last keep W there, 32x256x28² and 4x256x40³ C; a
+    row-major 8x32³x64 keeps C, as 32x64x112² keeps W)."""
+    waste = [(-(-n // 128) * 128 / max(n, 1), -a) for a, n in enumerate(shape)]
+    return -min(waste)[1]
+
+
 def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
-    """Whether :func:`covering_sum` runs with the ``(n, c)`` planes moved to
-    the minor axis, ``(*S, N * C)``: for channels-first arrays of ``shape``
-    whose input and output grids a TPU's 8 x 128 tiles then pad less (8x32x64³
-    k3 s2: W = 64 fills half of 128 lanes, the output's 32 a quarter; N * C =
-    256 fills two lane tiles). Not for symbolic sizes (``jax.export``'s)."""
-    lead = split(len(shape), spec.nd, spec.trail)[0]
-    if spec.trail or lead == 0 or not all(isinstance(n, int) for n in shape):
+    """Whether :func:`covering_sum` runs with the ``(n, c)`` planes moved
+    behind the spatial axes, ``(*S, N * C)``, for arrays of ``shape`` (the
+    output grid's): where the input and output grids then pad a TPU's 8 x 128
+    tiles less (8x32x64³ k3 s2: W = 64 fills half of 128 lanes, the output's
+    32 a quarter; N * C = 256 fills two lane tiles), and for channels-last
+    arrays only where XLA lays the input out with a spatial axis in the lanes
+    (:func:`_lane_axis`; v5e cost model, train steps: 32x112²x64 k3 s2 p1
+    2,316 MB to 1,503, 8x64³x32 9,530 to 5,075; where the channels stay in
+    the lanes, moving costs more: 8x32³x64 839 to 1,453, 8x32³x32 839 to
+    936). Not for symbolic sizes (``jax.export``'s)."""
+    first, stop = split(len(shape), spec.nd, spec.trail)
+    planes = (*shape[:first], *shape[stop:])
+    if first == 0 or not all(isinstance(n, int) for n in shape):
         return False
-    planes = math.prod(shape[:lead])
+    if spec.trail and _lane_axis(with_spatial(shape, spec.nd, 1, spec.in_size)) >= stop:
+        return False
     grids = (spec.in_size, spec.out_size)
-    now = sum(_padded((*shape[:lead], *s)) for s in grids)
-    moved = sum(_padded((*s, planes)) for s in grids)
+    now = sum(_padded((*shape[:first], *s, *shape[stop:])) for s in grids)
+    moved = sum(_padded((*s, math.prod(planes))) for s in grids)
     return moved < now
 
 
@@ -403,8 +421,8 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
     with stride 1, nothing to interleave, tiles' rows took 4x256x40³ k3 s1
     p1, measured as one axis before it took its own, from 3,277 to 4,850)."""
-    lead = split(len(shape), spec.nd, spec.trail)[0]
-    planes = shape[:lead]
+    first, stop = split(len(shape), spec.nd, spec.trail)
+    planes = (*shape[:first], *shape[stop:])
     if planes[-1] % 128 == 0:
         return planes
     if coded(spec) and math.prod(planes) % _TILE == 0:  # stride phases
@@ -451,8 +469,9 @@ def covering_sum(
     """``_backward.covering_sum`` (the same sum, in the same order) without a
     gather, for the windows :func:`dense` accepts (the seam's choice); where
     :func:`coded` says so, by tap numbers; where :func:`planes_minor` says
-    so, over the planes moved to the minor axis (a transpose of the gradients
-    and keys in, of the sum out)."""
+    so, over the planes moved behind the spatial axes (a transpose of the
+    gradients and keys in, of the sum out; channels-last's channels go with
+    the batch)."""
     acc = accumulation_dtype(x.dtype)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
     lead = split(grad_output.ndim, spec.nd, spec.trail)[0]
@@ -461,13 +480,17 @@ def covering_sum(
     if sharding is not None or not planes_minor(spec, grad_output.shape):
         return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
-    # (*B, *S) -> (*S, *T), T the planes' axes of plane_axes.
+    # (*B, *S, *C) -> (*B, *C, *S) -> (*S, *T), T the planes' axes of
+    # plane_axes (C: channels-last's trailing channels).
     tiles = plane_axes(spec, grad_output.shape)
     starts = tuple(range(len(tiles)))
     ends = tuple(range(-len(tiles), 0))
+    stop = lead + spec.nd
+    order = (*range(lead), *range(stop, grad_output.ndim), *range(lead, stop))
 
     def moved(arr: jax.Array) -> jax.Array:
-        return jnp.moveaxis(arr.reshape(*tiles, *arr.shape[lead:]), starts, ends)
+        arr = arr.transpose(order)
+        return jnp.moveaxis(arr.reshape(*tiles, *arr.shape[-spec.nd :]), starts, ends)
 
     if by_number:
         # Barriers on both sides of the codes' transpose: without them XLA's
@@ -488,7 +511,10 @@ def covering_sum(
         grads = lax.optimization_barrier(grads)
     total = _phase_sum(grads, keys, acc, spec, 0, None)
     total = jnp.moveaxis(total, ends, starts)
-    return total.reshape(*grad_output.shape[:lead], *spec.in_size)
+    planes = [grad_output.shape[a] for a in order[: -spec.nd]]
+    return total.reshape(*planes, *spec.in_size).transpose(
+        tuple(order.index(a) for a in range(len(order)))
+    )
 
 
 def _phase_sum(

@@ -65,19 +65,34 @@ def test_code_widths_are_the_ones_named():
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
-# moved behind the spatial axes where that pads a TPU's tiles less
-# (_tpu.planes_minor), on the axes of _tpu.plane_axes: their own where the
-# channels fill the lanes, else one, or tiles' rows; it matches the windows'
+# moved behind the spatial axes where that pads a TPU's tiles less (and,
+# channels-last, where XLA lays a spatial axis in the lanes: _tpu.planes_minor),
+# on the axes of _tpu.plane_axes: their own where the channels fill the lanes,
+# else one, or tiles' rows; it matches the windows'
 # indices (stride 1) or, with several stride phases, their tap numbers
 # (_tpu.coded). Cases: (shape, args, channels_last, the planes' axes or None
 # where they stay, coded).
 ORDER_CASES = {
     "own layout, k3 s1 p1, indices": ((2, 3, 9, 10, 11), (3, 1, 1), False, None, False),
     "own layout, channels-last k3 s2 p1, tap numbers": (
-        (2, 9, 10, 11, 6),
+        (2, 5, 6, 7, 64),
         (3, 2, 1),
         True,
         None,
+        True,
+    ),
+    "channels-last planes minor, k3 s1 p1, indices": (
+        (2, 9, 10, 11, 6),
+        (3, 1, 1),
+        True,
+        (12,),
+        False,
+    ),
+    "channels-last planes minor in tiles, k3 s2 p1, tap numbers": (
+        (16, 3, 4, 120, 64),
+        (3, 2, 1),
+        True,
+        (8, 128),
         True,
     ),
     "planes minor, k3 s2 p1, tap numbers": (
