@@ -383,6 +383,13 @@ def _lane_axis(shape: tuple[int, ...]) -> int:
     return -min(waste)[1]
 
 
+def _planes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The sizes of the ``(n, c)`` planes' axes of an array of ``shape``: the
+    leading ones, then channels-last's trailing ones."""
+    first, stop = split(len(shape), spec.nd, spec.trail)
+    return (*shape[:first], *shape[stop:])
+
+
 def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
     """Whether :func:`covering_sum` runs with the ``(n, c)`` planes moved
     behind the spatial axes, ``(*S, N * C)``, for arrays of ``shape`` (the
@@ -395,15 +402,14 @@ def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
     the lanes, moving costs more: 8x32³x64 839 to 1,453, 8x32³x32 839 to
     936). Not for symbolic sizes (``jax.export``'s)."""
     first, stop = split(len(shape), spec.nd, spec.trail)
-    planes = (*shape[:first], *shape[stop:])
     if first == 0 or not all(isinstance(n, int) for n in shape):
         return False
-    if spec.trail and _lane_axis(with_spatial(shape, spec.nd, 1, spec.in_size)) >= stop:
+    spatial = (spec.in_size, spec.out_size)
+    grids = [with_spatial(shape, spec.nd, spec.trail, s) for s in spatial]
+    if spec.trail and _lane_axis(grids[0]) >= stop:
         return False
-    grids = (spec.in_size, spec.out_size)
-    now = sum(_padded((*shape[:first], *s, *shape[stop:])) for s in grids)
-    moved = sum(_padded((*s, math.prod(planes))) for s in grids)
-    return moved < now
+    planes = math.prod(_planes(spec, shape))
+    return sum(_padded((*s, planes)) for s in spatial) < sum(map(_padded, grids))
 
 
 def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -421,8 +427,7 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
     with stride 1, nothing to interleave, tiles' rows took 4x256x40³ k3 s1
     p1, measured as one axis before it took its own, from 3,277 to 4,850)."""
-    first, stop = split(len(shape), spec.nd, spec.trail)
-    planes = (*shape[:first], *shape[stop:])
+    planes = _planes(spec, shape)
     if planes[-1] % 128 == 0:
         return planes
     if coded(spec) and math.prod(planes) % _TILE == 0:  # stride phases
@@ -514,7 +519,7 @@ def covering_sum(
     # k3 s1 p1 1,835 to 1,311), except in 2-D tiles' rows: there XLA then
     # prefetches the input into VMEM in four slices (32x64x112² k3 s2 p1 752
     # to 864, and 15% more of the cost model's seconds).
-    planes = tuple(grad_output.shape[a] for a in order[: -spec.nd])
+    planes = _planes(spec, grad_output.shape)
     in_tiles = len(tiles) == 2 and tiles != planes
     total = _phase_sum(grads, keys, acc, spec, 0, None, in_tiles and spec.nd == 2)
     total = jnp.moveaxis(total, ends, starts)
