@@ -184,16 +184,17 @@ def _div(x: jax.Array, divisor: int, bound: int) -> jax.Array:
 
 
 def _order(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
-    """How code ``d``'s position in a window lies to code ``c``'s: an int32
-    whose sign is their order (positive: ``c`` comes first; 0: the same
-    position). Flat positions subtract. Codes are split into their axes'
-    residues once, the last axis first (one multiply and shift an axis,
-    :func:`_div`); each axis's step is ``s - r``, a coordinate residues' step
-    taken into ``[-(m // 2), m // 2]`` (two taps of one window lie at most
-    ``m // 2`` apart), and the steps are weighted as the codes are, so the
-    first axis that differs outweighs all later ones (``|step| < m`` on
-    each) and the sum's sign is the row-major order. (Split twice for each
-    axis, as a quotient and a remainder, in each direction, XLA's TPU
+    """The order of the positions that codes ``c`` and ``d`` name in one
+    window, as an int32: positive where ``c``'s comes first, negative where
+    ``d``'s does, 0 for the same position. Flat positions subtract. Codes
+    are split into their axes' residues once, the last axis first (a
+    multiply and a shift an axis, :func:`_div`); each axis's step from ``c``
+    to ``d`` is the residues' difference, taken into ``[-(m // 2), m // 2]``
+    for coordinate residues (two taps of one window lie at most ``m // 2``
+    apart), and the steps are weighted as the codes are: ``|step| < m`` on
+    every axis, so the first axis that differs outweighs all later ones and
+    the sum's sign is the row-major order. (Split twice an axis, a quotient
+    and a remainder, for each direction of the comparison, XLA's TPU
     compiler took 50 s over an 8x192x16x28² k3 s1 p1 forward; 7 s so.)"""
     if readings is None:
         return d - c
