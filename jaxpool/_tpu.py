@@ -183,35 +183,44 @@ def _div(x: jax.Array, divisor: int, bound: int) -> jax.Array:
     return (x * magic) >> shift
 
 
+def _residues(code: jax.Array, readings: list[_Reading]) -> list[jax.Array]:
+    """The residue along each axis of the int32 ``code`` (``0 <= code <`` the
+    moduli's product; a negative code gives values that are never used),
+    first axis first: split once, the last axis first, with a multiply and a
+    shift an axis past the first (:func:`_div`); the first axis's residue is
+    what is left."""
+    bound, rest = math.prod(r.modulus for r in readings), []
+    for r in reversed(readings[1:]):
+        quotient = _div(code, r.modulus, bound)
+        rest.append(code - quotient * r.modulus)
+        code, bound = quotient, -(-bound // r.modulus)
+    return [code, *reversed(rest)]
+
+
 def _order(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
     """The order of the positions that codes ``c`` and ``d`` name in one
     window, as an int32: positive where ``c``'s comes first, negative where
     ``d``'s does, 0 for the same position. Flat positions subtract. Codes
-    are split into their axes' residues once, the last axis first (a
-    multiply and a shift an axis, :func:`_div`); each axis's step from ``c``
-    to ``d`` is the residues' difference, taken into ``[-(m // 2), m // 2]``
-    for coordinate residues (two taps of one window lie at most ``m // 2``
-    apart), and the steps are weighted as the codes are: ``|step| < m`` on
-    every axis, so the first axis that differs outweighs all later ones and
-    the sum's sign is the row-major order. (Split twice an axis, a quotient
-    and a remainder, for each direction of the comparison, XLA's TPU
-    compiler took 50 s over an 8x192x16x28² k3 s1 p1 forward; 7 s so.)"""
+    are split into their axes' residues once (:func:`_residues`); each
+    axis's step from ``c`` to ``d`` is the residues' difference, taken into
+    ``[-(m // 2), m // 2]`` for coordinate residues (two taps of one window
+    lie at most ``m // 2`` apart), and the steps are weighted as the codes
+    are: ``|step| < m`` on every axis, so the first axis that differs
+    outweighs all later ones and the sum's sign is the row-major order.
+    (Split twice an axis, a quotient and a remainder, for each direction of
+    the comparison, XLA's TPU compiler took 50 s over an 8x192x16x28² k3 s1
+    p1 forward; 7 s so.)"""
     if readings is None:
         return d - c
     c, d = c.astype(jnp.int32), d.astype(jnp.int32)
-    order, weight = jnp.zeros((), jnp.int32), 1
-    bound = math.prod(r.modulus for r in readings)
-    for a, r in enumerate(reversed(readings)):
-        m, first = r.modulus, a == len(readings) - 1
-        # The first axis's residue is the rest of the code: no split.
-        qc, qd = (c, d) if first else (_div(c, m, bound), _div(d, m, bound))
-        rc, rd = (c, d) if first else (c - qc * m, d - qd * m)
-        step = rd - rc
+    order = jnp.zeros((), jnp.int32)
+    steps = zip(readings, _residues(c, readings), _residues(d, readings), strict=True)
+    for r, rc, rd in steps:
+        m, step = r.modulus, rd - rc
         if r.circular:
             step = jnp.where(step > m // 2, step - m, step)
             step = jnp.where(step < -(m // 2), step + m, step)
-        order = order + step * weight
-        c, d, weight, bound = qc, qd, weight * m, -(-bound // m)
+        order = order * m + step
     return order
 
 
@@ -296,10 +305,9 @@ def window_argmax(
         chosen = lax.slice_in_dim(chosen, 0, w.out, axis=lead + a)
     index = chosen.astype(jnp.int32)
     if coded is not None:
-        index, weight = jnp.zeros((), jnp.int32), 1
-        for a in reversed(range(len(axes))):
-            r = readings[a]
-            residue = chosen.astype(jnp.int32) // weight % r.modulus
+        index = jnp.zeros((), jnp.int32)
+        residues = _residues(chosen.astype(jnp.int32), readings)
+        for a, (r, residue) in enumerate(zip(readings, residues, strict=True)):
             if r.circular:  # base: o * stride + offset, from an iota
                 o = lax.broadcasted_iota(
                     jnp.int32, values.shape, lead + a, out_sharding=sharding
@@ -311,7 +319,7 @@ def window_argmax(
                 base = per_window(r.base.astype(np.int32), lead + a, values.shape)
                 last = per_window(r.last.astype(np.int32), lead + a, values.shape)
                 coordinate = jnp.minimum(base + residue, last)
-            index, weight = index + coordinate * strides[a], weight * r.modulus
+            index = index + coordinate * strides[a]
     hollow = empty_windows(axes, lead, values.shape)
     if hollow is not None:  # no in-bounds tap: PyTorch's index, value -inf
         target = jnp.zeros((), jnp.int32)
