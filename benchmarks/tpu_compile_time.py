@@ -5,9 +5,10 @@ v5e (no TPU needed; the ``aot`` extra's libtpu):
 
 One line a program: the seconds to compile it and XLA's cost model's bytes
 accessed (an estimate, not a timing). The forward's window reduction once
-took a minute here over an integer division in its comparator, and 50 s over
-a 3-D stride-1 one that split each code twice an axis (the performance page,
-"Compile time").
+took a minute here over an integer division in its comparator, 50 s over a
+3-D stride-1 one that split each code twice an axis, and 40 s over an integer
+division in the decoding of the chosen codes (the performance page, "Compile
+time").
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def main() -> None:
         return jax.grad(lambda x: jnp.sum(forward(x, **kw)[0]))
 
     # (label, shape, kernel, stride, padding): a 2-D pool, an I3D inception
-    # branch's 3-D pool (stride 1) and one with strides (1, 1, 2).
+    # branch's 3-D pool (stride 1) and one with strides (1, 1, 2), and two
+    # large 3-D stride-1 pools of the performance page's TPU table.
     shapes = [
         ("8x64x64x32 k3 s2 p1", (8, 64, 64, 32), 3, 2, 1),
+        ("2x32x96³ k3 s1 p1", (2, 32, 96, 96, 96), 3, 1, 1),
+        ("4x256x40³ k3 s1 p1", (4, 256, 40, 40, 40), 3, 1, 1),
         ("8x192x16x28² k3 s1 p1", (8, 192, 16, 28, 28), 3, 1, 1),
         ("8x192x16x28² k3 s(1,1,2) p1", (8, 192, 16, 28, 28), 3, (1, 1, 2), 1),
     ]

@@ -188,7 +188,9 @@ def _residues(code: jax.Array, readings: list[_Reading]) -> list[jax.Array]:
     moduli's product; a negative code gives values that are never used),
     first axis first: split once, the last axis first, with a multiply and a
     shift an axis past the first (:func:`_div`); the first axis's residue is
-    what is left."""
+    what is left. The comparator's codes and the chosen ones both: decoded
+    with ``//`` and ``%``, XLA's TPU compiler took 30-40 s over a large 3-D
+    stride-1 forward (2x32x96³ k3 s1 p1: 31.8 s, 2.9 s so)."""
     bound, rest = math.prod(r.modulus for r in readings), []
     for r in reversed(readings[1:]):
         quotient = _div(code, r.modulus, bound)
