@@ -240,15 +240,20 @@ class Program(NamedTuple):
     index_bytes: int = 0
 
 
-def train_step(values_of: Callable[[jax.Array], jax.Array]) -> Callable[..., Any]:
+def train_step(
+    values_of: Callable[[jax.Array], jax.Array], value: bool = False
+) -> Callable[..., Any]:
     """The gradient of ``sum(w * values_of(x))`` with respect to ``x``: the
     backward of a training step. ``w`` is an argument (as a constant, XLA
-    would fold the program around it)."""
+    would fold the program around it). With ``value``, the loss too
+    (``jax.value_and_grad``): the step reads the pool's values, as a
+    network's does, so ``lax.reduce_window``'s step runs its forward as
+    well; without it, XLA drops that forward."""
 
     def loss(x: jax.Array, w: jax.Array) -> jax.Array:
         return jnp.sum(w * values_of(x)).astype(jnp.float32)
 
-    return jax.grad(loss)
+    return jax.value_and_grad(loss) if value else jax.grad(loss)
 
 
 def pool_programs(
@@ -288,10 +293,12 @@ def pool_programs(
     def reduce_window(x: jax.Array) -> jax.Array:
         return lax.reduce_window(x, -jnp.inf, lax.max, dims, steps, padded)
 
-    def step(values_of: Callable[[jax.Array], jax.Array]) -> Callable[[str], Any]:
+    def step(
+        values_of: Callable[[jax.Array], jax.Array], value: bool = False
+    ) -> Callable[[str], Any]:
         def build(target: str) -> Any:
             out = jax.eval_shape(values_of, jax.ShapeDtypeStruct(shape, dtype))
-            return train_step(values_of), [
+            return train_step(values_of, value), [
                 on(target, shape, dtype),
                 on(target, out.shape, out.dtype),
             ]
@@ -307,6 +314,7 @@ def pool_programs(
         return reduce_window, [on(target, shape, dtype)]
 
     ref_f, ref_s = f"{label} reduce_window forward", f"{label} reduce_window step"
+    ref_v = f"{label} reduce_window value_and_grad"
     out = jax.eval_shape(reduce_window, jax.ShapeDtypeStruct(shape, dtype))
     index_bytes = math.prod(out.shape) * 4
     programs = [
@@ -320,6 +328,16 @@ def pool_programs(
                 f"{label} step {algorithm}", step(values(algorithm=algorithm)), ref_s
             )
         )
+    # The step whose loss reads the values (the TPU's cost model only).
+    programs += [
+        Program(ref_v, step(reduce_window, value=True), targets=("v5e",)),
+        Program(
+            f"{label} value_and_grad auto",
+            step(values(algorithm="auto"), value=True),
+            ref_v,
+            ("v5e",),
+        ),
+    ]
     if pallas:
         impl = {"implementation": "pallas"}
         programs += [
