@@ -13,6 +13,10 @@ temporaries, and on TPU XLA's cost model. Needs the ``aot`` extra; run with
         --json benchmarks/results/compiled.json \\
         --markdown benchmarks/results/compiled.md
 
+``--networks`` compiles the pools of common networks (VGG-16, GoogLeNet,
+SegNet) instead of the benchmark shapes; ``--programs REGEX`` picks programs
+by name, ``--targets v5e`` one target.
+
 Per program and target: compiled, or the error (a program too big for the
 chip fails with RESOURCE_EXHAUSTED); the kernels launched (GPU: the thunk
 sequence, with grids; TPU: the entry computation's fusions and calls); the
@@ -459,6 +463,46 @@ def benchmark_programs(quick: bool = False) -> list[Program]:
     ]
 
 
+def network_programs() -> list[Program]:
+    """Pools of common networks, off the benchmark shapes: VGG-16's and
+    GoogLeNet's in Flax's channels-last layout, SegNet's (its encoder's
+    first and fourth, ported from PyTorch) channels-first; float32, and
+    bfloat16 for VGG-16's last. Many channels over a small grid, where
+    ``lax.reduce_window``'s whole train step is one select-and-scatter."""
+    cases = [
+        ("VGG-16 pool1 32x224²x64 k2 s2", (32, 224, 224, 64), 2, 2, 0, True),
+        ("VGG-16 pool3 32x56²x256 k2 s2", (32, 56, 56, 256), 2, 2, 0, True),
+        ("VGG-16 pool4 32x28²x512 k2 s2", (32, 28, 28, 512), 2, 2, 0, True),
+        ("GoogLeNet 32x28²x256 k3 s1 p1", (32, 28, 28, 256), 3, 1, 1, True),
+        ("GoogLeNet 32x28²x480 k3 s2 p1", (32, 28, 28, 480), 3, 2, 1, True),
+        ("SegNet pool1 16x64x360x480 k2 s2", (16, 64, 360, 480), 2, 2, 0, False),
+        ("SegNet pool4 16x512x45x60 k2 s2", (16, 512, 45, 60), 2, 2, 0, False),
+    ]
+    programs = [
+        program
+        for label, shape, kernel, stride, padding, last in cases
+        for program in pool_programs(
+            f"{label}{' channels-last' if last else ''}",
+            shape,
+            kernel,
+            stride,
+            padding,
+            channels_last=last,
+            pallas=False,
+        )
+    ]
+    return programs + pool_programs(
+        "VGG-16 pool4 32x28²x512 k2 s2 channels-last bf16",
+        (32, 28, 28, 512),
+        2,
+        2,
+        0,
+        dtype=jnp.bfloat16,
+        channels_last=True,
+        pallas=False,
+    )
+
+
 # ------------------------------------------------------------------- report
 
 
@@ -580,13 +624,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--programs", default="", help="regex on program names")
     parser.add_argument("--quick", action="store_true", help="tiny shapes")
+    parser.add_argument(
+        "--networks",
+        action="store_true",
+        help="the pools of common networks instead of the benchmark shapes",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     targets = tuple(t for t in args.targets.split(",") if t)
-    programs = [
-        p for p in benchmark_programs(args.quick) if re.search(args.programs, p.name)
-    ]
+    every = network_programs() if args.networks else benchmark_programs(args.quick)
+    programs = [p for p in every if re.search(args.programs, p.name)]
     rows = run(programs, targets)
     header = {
         "date": datetime.date.today().isoformat(),
