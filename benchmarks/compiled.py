@@ -467,40 +467,33 @@ def network_programs() -> list[Program]:
     """Pools of common networks, off the benchmark shapes: VGG-16's and
     GoogLeNet's in Flax's channels-last layout, SegNet's (its encoder's
     first and fourth, ported from PyTorch) channels-first; float32, and
-    bfloat16 for VGG-16's last. Many channels over a small grid, where
+    bfloat16 for VGG-16's pool4. Many channels over a small grid, where
     ``lax.reduce_window``'s whole train step is one select-and-scatter."""
+    f32, bf16, last = jnp.float32, jnp.bfloat16, " channels-last"
     cases = [
-        ("VGG-16 pool1 32x224²x64 k2 s2", (32, 224, 224, 64), 2, 2, 0, True),
-        ("VGG-16 pool3 32x56²x256 k2 s2", (32, 56, 56, 256), 2, 2, 0, True),
-        ("VGG-16 pool4 32x28²x512 k2 s2", (32, 28, 28, 512), 2, 2, 0, True),
-        ("GoogLeNet 32x28²x256 k3 s1 p1", (32, 28, 28, 256), 3, 1, 1, True),
-        ("GoogLeNet 32x28²x480 k3 s2 p1", (32, 28, 28, 480), 3, 2, 1, True),
-        ("SegNet pool1 16x64x360x480 k2 s2", (16, 64, 360, 480), 2, 2, 0, False),
-        ("SegNet pool4 16x512x45x60 k2 s2", (16, 512, 45, 60), 2, 2, 0, False),
+        (f"VGG-16 pool1 32x224²x64 k2 s2{last}", (32, 224, 224, 64), 2, 2, 0, f32),
+        (f"VGG-16 pool3 32x56²x256 k2 s2{last}", (32, 56, 56, 256), 2, 2, 0, f32),
+        (f"VGG-16 pool4 32x28²x512 k2 s2{last}", (32, 28, 28, 512), 2, 2, 0, f32),
+        (f"GoogLeNet 32x28²x256 k3 s1 p1{last}", (32, 28, 28, 256), 3, 1, 1, f32),
+        (f"GoogLeNet 32x28²x480 k3 s2 p1{last}", (32, 28, 28, 480), 3, 2, 1, f32),
+        ("SegNet pool1 16x64x360x480 k2 s2", (16, 64, 360, 480), 2, 2, 0, f32),
+        ("SegNet pool4 16x512x45x60 k2 s2", (16, 512, 45, 60), 2, 2, 0, f32),
+        (f"VGG-16 pool4 32x28²x512 k2 s2{last} bf16", (32, 28, 28, 512), 2, 2, 0, bf16),
     ]
-    programs = [
+    return [
         program
-        for label, shape, kernel, stride, padding, last in cases
+        for label, shape, kernel, stride, padding, dtype in cases
         for program in pool_programs(
-            f"{label}{' channels-last' if last else ''}",
+            label,
             shape,
             kernel,
             stride,
             padding,
-            channels_last=last,
+            dtype=dtype,
+            channels_last=last in label,
             pallas=False,
         )
     ]
-    return programs + pool_programs(
-        "VGG-16 pool4 32x28²x512 k2 s2 channels-last bf16",
-        (32, 28, 28, 512),
-        2,
-        2,
-        0,
-        dtype=jnp.bfloat16,
-        channels_last=True,
-        pallas=False,
-    )
 
 
 # ------------------------------------------------------------------- report
