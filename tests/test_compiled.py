@@ -324,11 +324,6 @@ def test_the_checks_see_what_they_look_for():
     }
 
 
-def _benchmark_program(label: str, shape, window, name: str, **options):
-    programs = compiled.pool_programs(label, shape, *window, **options)
-    return {p.name: p for p in programs}[f"{label} {name}"]
-
-
 @pytest.mark.parametrize(
     "label, shape, window, bound",
     [
@@ -344,19 +339,21 @@ def test_tpu_forward_costs_near_its_floor(label, shape, window, bound):
     tile the axis: 1.38x; int8 for k3 s2 p1: 1.62x; it was 10-30x, with
     gigabytes of temporaries). What the rest is: docs/performance.md."""
     _target("v5e")
-    forward, ref = _on_v5e(label, shape, window, {}, "forward", "reduce_window forward")
+    programs = compiled.pool_programs(label, shape, *window)
+    forward, ref = _on_v5e(programs, label, "forward", "reduce_window forward")
     indices = math.prod(_pooled_shape(shape, window)) * 4
     floor = ref["bytes_accessed"] + indices
     assert forward["bytes_accessed"] <= bound * floor
     assert forward["temp_bytes"] == 0
 
 
-def _on_v5e(label: str, shape, window, options: dict, *names: str) -> list[dict]:
-    """The facts of the benchmark programs ``names`` of one pool, compiled for
-    the v5e."""
+def _on_v5e(programs, label: str, *names: str) -> list[dict]:
+    """The facts of the programs ``f"{label} {name}"`` of ``programs`` (the
+    benchmark script's), compiled for the v5e."""
+    by_name = {p.name: p for p in programs}
     facts = []
     for name in names:
-        program = _benchmark_program(label, shape, window, name, **options)
+        program = by_name[f"{label} {name}"]
         facts.append(compiled.compile_for(*program.build("v5e"), "v5e"))
         assert facts[-1]["compiled"], (name, facts[-1]["error"])
     return facts
@@ -451,9 +448,8 @@ def test_tpu_train_step_costs_no_more_than_the_builtin(label):
     _target("v5e")
     shape, window, options, most_bytes, most_temps = TPU_STEPS[label]
     options = {"dtype": jnp.float32, "pallas": False, **options}
-    step, ref = _on_v5e(
-        label, shape, window, options, "step auto", "reduce_window step"
-    )
+    programs = compiled.pool_programs(label, shape, *window, **options)
+    step, ref = _on_v5e(programs, label, "step auto", "reduce_window step")
     for op in ("select-and-scatter", "scatter", "gather", "sort"):
         assert compiled.count_ops(step["hlo"], op) == 0, op
     ratios = (
@@ -472,13 +468,9 @@ def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
     _target("v5e")
     label, shape, window = "32x112²x64", (32, 112, 112, 64), (3, 2, 1)
     options = {"channels_last": True, "pallas": False}
+    programs = compiled.pool_programs(label, shape, *window, **options)
     step, ref = _on_v5e(
-        label,
-        shape,
-        window,
-        options,
-        "value_and_grad auto",
-        "reduce_window value_and_grad",
+        programs, label, "value_and_grad auto", "reduce_window value_and_grad"
     )
     assert step["bytes_accessed"] <= ref["bytes_accessed"]
     assert step["temp_bytes"] <= 0.65 * ref["temp_bytes"]
@@ -499,12 +491,12 @@ def test_tpu_network_pool_step_that_reads_the_values_is_at_parity(label):
     against 462; GoogLeNet's stride-1 3x3: 283 against 360), with no
     scatter, gather, while or sort."""
     _target("v5e")
-    programs = {p.name: p for p in compiled.network_programs()}
-    step, ref = (
-        compiled.compile_for(*programs[f"{label} {name}"].build("v5e"), "v5e")
-        for name in ("value_and_grad auto", "reduce_window value_and_grad")
+    step, ref = _on_v5e(
+        compiled.network_programs(),
+        label,
+        "value_and_grad auto",
+        "reduce_window value_and_grad",
     )
-    assert step["compiled"] and ref["compiled"], (step["error"], ref["error"])
     assert step["bytes_accessed"] <= ref["bytes_accessed"]
     assert not any(step["ops"].values()), step["ops"]
 
