@@ -2,7 +2,8 @@
 
 ``jit(f).trace(*args).lower(lowering_platforms=("tpu",))`` runs on this
 CPU-only machine and emits the TPU branch of the platform seam alone. On a
-TPU the forward is one variadic ``reduce_window`` (no gather, no scatter, no
+TPU the forward is one variadic ``reduce_window`` (adaptive windows of two
+sizes: one variadic reduction per spatial axis; no gather, no scatter, no
 loop); the deterministic gather backward holds no scatter (a TPU serialises
 them), and where the windows are regular with dilation 1 (the dense form,
 which ``jax.grad``'s ``auto`` then runs) no gather either. Each check is
@@ -10,6 +11,8 @@ shown to fire on another platform's program, so none passes for nothing.
 """
 
 from __future__ import annotations
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -31,26 +34,44 @@ def _holds(text: str, op: str) -> bool:
     return f'"stablehlo.{op}"' in text or f"stablehlo.{op} " in text
 
 
+def _reductions(text: str) -> int:
+    """How many reductions with a reducer of their own (not a plain
+    ``applies stablehlo.and``) ``text`` holds."""
+    return len(re.findall(r"stablehlo\.reduce\(.*\n\s*reducer\(", text))
+
+
 @pytest.mark.parametrize("name", POOL_FORWARDS)
-def test_tpu_forward_is_one_window_reduction(name):
+def test_tpu_forward_is_window_reductions(name):
+    """One variadic window reduction; for adaptive windows (each of these
+    ops has an axis of windows of two sizes), one variadic reduction per
+    spatial axis, over the taps of a copy of that axis, and no window
+    reduction."""
     op = PROGRAM_OPS[name]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     text = lowered(op.forward, (x,), "tpu")
-    assert text.count("stablehlo.reduce_window") == 1
+    nd = len(op.shape) - 2
+    if name.startswith("adaptive"):
+        assert "stablehlo.reduce_window" not in text
+        reduction = "stablehlo.reduce("
+        assert _reductions(text) == nd
+    else:
+        reduction = "stablehlo.reduce_window"
+        assert text.count(reduction) == 1
     for absent in ("gather", "scatter", "while"):
         assert not _holds(text, absent), absent
-    # No integer division in the reduction's body: XLA's TPU compiler takes
-    # a minute over one (a 8x64x64x32 k3 s2 p1 forward: 73 s, 3.7 s without).
-    body = text[text.index("stablehlo.reduce_window") :].split("})")[0]
-    assert "stablehlo.compare" in body  # the body was found
-    assert "divide" not in body and "remainder" not in body  # ops or calls
-    # Each of the two codes split into its axes' residues once (a multiply and
-    # a shift, then a multiply back, an axis past the first), the axes' steps
-    # weighted once: split per comparison, a quotient and a remainder an axis,
-    # XLA's TPU compiler took 50 s over an 8x192x16x28² k3 s1 p1 forward (32
-    # multiplies in 3-D), 7 s so (11).
-    nd = len(op.shape) - 2
-    assert body.count("stablehlo.multiply") <= 2 * 2 * (nd - 1) + nd
+    for body in text.split(reduction)[1:]:
+        # No integer division in a reduction's body: XLA's TPU compiler takes
+        # a minute over one (a 8x64x64x32 k3 s2 p1 forward: 73 s, 3.7 s
+        # without).
+        body = body.split("})")[0]
+        assert "stablehlo.compare" in body  # the body was found
+        assert "divide" not in body and "remainder" not in body  # ops or calls
+        # Each of the two codes split into its axes' residues once (a multiply
+        # and a shift, then a multiply back, an axis past the first), the
+        # axes' steps weighted once: split per comparison, a quotient and a
+        # remainder an axis, XLA's TPU compiler took 50 s over an
+        # 8x192x16x28² k3 s1 p1 forward (32 multiplies in 3-D), 7 s so (11).
+        assert body.count("stablehlo.multiply") <= 2 * 2 * (nd - 1) + nd
     # Nor in the decoding of the chosen codes after it: divided by the axes'
     # weights (`//`, then `%`), XLA's TPU compiler took 31.8 s over a
     # 2x32x96³ k3 s1 p1 forward, 2.9 s split as the comparator splits them.
@@ -58,11 +79,15 @@ def test_tpu_forward_is_one_window_reduction(name):
 
 
 def test_other_forwards_hold_no_window_reduction():
-    """The negative control: the CUDA and CPU forwards scan the taps."""
-    op = PROGRAM_OPS["max_pool3d k3 s2 p1"]
-    x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
-    for platform in ("cuda", "cpu"):
-        assert "stablehlo.reduce_window" not in lowered(op.forward, (x,), platform)
+    """The negative control: the CUDA and CPU forwards scan the taps, with no
+    reduction of them."""
+    for name in ("max_pool3d k3 s2 p1", "adaptive_max_pool3d 9x10x11->2x3x4"):
+        op = PROGRAM_OPS[name]
+        x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
+        for platform in ("cuda", "cpu"):
+            text = lowered(op.forward, (x,), platform)
+            assert "stablehlo.reduce_window" not in text
+            assert _reductions(text) == 0
 
 
 @pytest.mark.parametrize("name", PROGRAM_POOLS)
