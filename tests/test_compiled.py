@@ -367,19 +367,20 @@ def _pooled_shape(shape, window):
 # The v5e train steps' bytes and temporaries against jax.grad through
 # lax.reduce_window's (its select-and-scatter), at most these ratios: parity
 # where the dense gather reaches it (bfloat16 too, though the issue allowed its
-# float32 accumulator 1.2x); the 2-D row, and the temporaries of the
-# channels-last and 8x128x32³ rows, at the figures reached (2-D: 1,242 MB,
-# 1.03x; 2,818 MB, 2.33x, before; channels-last: 189 kB over 268 MB;
-# 8x128x32³: 135 MB against 134). On a TPU "auto" is the gather here: the
-# k3 s1 p1 row is also the gather's step, which once needed more than a v5e's
-# 16 GB of temporaries. 4x256x40³, off the benchmark shapes, keeps its planes
-# on their own axes (_tpu.plane_axes: 1,704 MB against 2,359; 3,277 as one
-# axis). The channels-last 32x112²x64 row, Flax's layout for a ResNet stem's
-# pool, moves its planes too, at the figure reached (1,503 MB against 1,211,
-# 1.24x; 2,316 in its own layout); the bfloat16 row's bytes too (2,106 MB
-# against 2,886, 0.73x, with its gradients widened where each tap reads them;
-# 0.83x when they were widened once). Rows: (shape, window, options, bytes,
-# temporaries).
+# float32 accumulator 1.2x); the figures reached elsewhere. The 2-D row: 1,133
+# MB, 0.94x, since its phases are summed phase-major (_tpu._phase_major_sum;
+# 1,242 before, 2,818 at first); 8x128x32³ at parity since then too (759 MB
+# and 51 of temporaries against 856 and 134; 843 and 135 before); the
+# channels-last 2x64³x128 row's temporaries 189 kB over 268 MB. On a TPU
+# "auto" is the gather here: the k3 s1 p1 row is also the gather's step, which
+# once needed more than a v5e's 16 GB of temporaries. 4x256x40³, off the
+# benchmark shapes, keeps its planes on their own axes (_tpu.plane_axes: 1,704
+# MB against 2,359; 3,277 as one axis). The channels-last 32x112²x64 row,
+# Flax's layout for a ResNet stem's pool, moves its planes too: 1,291 MB
+# against 1,211, 1.07x (1,503 with the phases' own loops, 2,316 in its own
+# layout). The bfloat16 row: 2,106 MB against 2,886, 0.73x, with its
+# gradients widened where each tap reads them (0.83x when they were widened
+# once). Rows: (shape, window, options, bytes, temporaries).
 TPU_STEPS = {
     "8x32x64³ k2 s2": ((8, 32, 64, 64, 64), (2, 2, 0), {}, 1.0, 1.0),
     "8x32x64³ k3 s2 p1": ((8, 32, 64, 64, 64), (3, 2, 1), {}, 1.0, 1.0),
@@ -399,13 +400,13 @@ TPU_STEPS = {
         1.0,
         1.001,
     ),
-    "8x128x32³ k3 s2 p1": ((8, 128, 32, 32, 32), (3, 2, 1), {}, 1.0, 1.01),
-    "32x64x112² k3 s2 p1": ((32, 64, 112, 112), (3, 2, 1), {}, 1.03, 1.0),
+    "8x128x32³ k3 s2 p1": ((8, 128, 32, 32, 32), (3, 2, 1), {}, 1.0, 1.0),
+    "32x64x112² k3 s2 p1": ((32, 64, 112, 112), (3, 2, 1), {}, 0.95, 1.0),
     "32x112²x64 k3 s2 p1 channels-last": (
         (32, 112, 112, 64),
         (3, 2, 1),
         {"channels_last": True},
-        1.25,
+        1.07,
         1.0,
     ),
 }
@@ -462,9 +463,9 @@ def test_tpu_train_step_costs_no_more_than_the_builtin(label):
 def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
     """Where the loss is returned too (``jax.value_and_grad``), as a network
     reads the pool's values, ``lax.reduce_window``'s step runs its forward
-    as well: there Flax's ResNet-stem pool (32x112²x64 channels-last, 1.24x
-    as the gradient alone) costs a v5e no more bytes than the builtin's step
-    (2,230 MB against 2,246) and about 0.63x its temporaries."""
+    as well: there Flax's ResNet-stem pool (32x112²x64 channels-last, 1.07x
+    as the gradient alone) costs a v5e 0.90x the builtin's bytes (2,018 MB
+    against 2,246) and about 0.63x its temporaries."""
     _target("v5e")
     label, shape, window = "32x112²x64", (32, 112, 112, 64), (3, 2, 1)
     options = {"channels_last": True, "pallas": False}
@@ -472,7 +473,7 @@ def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
     step, ref = _on_v5e(
         programs, label, "value_and_grad auto", "reduce_window value_and_grad"
     )
-    assert step["bytes_accessed"] <= ref["bytes_accessed"]
+    assert step["bytes_accessed"] <= 0.91 * ref["bytes_accessed"]
     assert step["temp_bytes"] <= 0.65 * ref["temp_bytes"]
 
 

@@ -175,6 +175,108 @@ def test_backward_order_is_the_gathers(name):
     assert_same(got, gathered)
 
 
+# Where the planes take two axes behind the spatial ones (tiles' rows or their
+# own), the phases are summed phase-major in one loop (_tpu._phase_major_sum),
+# a tap of another phase adding -0.0; 16-bit gradients in 2-D tiles' rows keep
+# the phases' own loops. Cases: (shape, args, channels_last, dtype, the
+# planes' axes, phase-major).
+PHASE_MAJOR_CASES = {
+    "2-D in tiles, k3 s2 p1": (
+        (16, 64, 9, 10),
+        (3, 2, 1),
+        False,
+        "float32",
+        (8, 128),
+        True,
+    ),
+    "2-D in tiles, k2 s2, bfloat16 (phases)": (
+        (16, 64, 9, 10),
+        (2, 2, 0),
+        False,
+        "bfloat16",
+        (8, 128),
+        False,
+    ),
+    "channels-last 2-D in tiles, k3 s2 p1": (
+        (16, 9, 120, 64),
+        (3, 2, 1),
+        True,
+        "float32",
+        (8, 128),
+        True,
+    ),
+    "3-D in tiles, k3 s2 p1, bfloat16": (
+        (16, 64, 5, 6, 7),
+        (3, 2, 1),
+        False,
+        "bfloat16",
+        (8, 128),
+        True,
+    ),
+    "2-D in tiles, k (3, 2) s (2, 3) p (1, 0) ceil_mode": (
+        (16, 64, 11, 13),
+        ((3, 2), (2, 3), (1, 0), 1, True),
+        False,
+        "float32",
+        (8, 128),
+        True,
+    ),
+    "3-D on their own axes, k2 s3 p1": (
+        (2, 128, 7, 8, 9),
+        (2, 3, 1),
+        False,
+        "float32",
+        (2, 128),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", PHASE_MAJOR_CASES)
+def test_phase_major_sum_is_the_phases_to_the_sign_of_zero(name, monkeypatch):
+    """Gradients of -0.0, +0.0, infinities and NaN over tied windows: the
+    phase-major sum adds -0.0 for the other phases' taps, which leaves every
+    sum as it is, so each position's sum is the phases' own loops' to the
+    sign of zero (an added +0.0 would turn a lone -0.0 into +0.0), and the
+    gather's."""
+    shape, args, channels_last, dtype, planes, phase_major = PHASE_MAJOR_CASES[name]
+    nd = len(shape) - 2
+    pool = functools.partial(
+        getattr(jaxpool, f"max_pool{nd}d_with_argmax"), channels_last=channels_last
+    )
+    x = make_input(rng_for("tpu-phase-major", name), shape, dtype, "ties")
+    values, indices = pool(x, *args)
+    spec = pool_spec("t", nd, x.shape, PoolArgs(*args, channels_last=channels_last))
+    _assert_planes(spec, indices.shape, planes)
+    rng = np.random.default_rng(7)
+    specials = np.array([-0.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.25])
+    w = jnp.asarray(rng.choice(specials, values.shape), values.dtype)
+
+    def grad(x):
+        loss = lambda x: jnp.sum(w * pool(x, *args)[0])  # noqa: E731
+        jax.clear_caches()
+        return np.asarray(jax.grad(loss)(x), np.float32)
+
+    calls = []
+    phase_major_sum = _tpu._phase_major_sum
+    monkeypatch.setattr(
+        _tpu, "_phase_major_sum", lambda *a: calls.append(1) or phase_major_sum(*a)
+    )
+    got = grad(x)
+    assert bool(calls) == phase_major
+    monkeypatch.setattr(  # the phases' own loops, as before it
+        _tpu, "_phase_major_sum", lambda *a: _tpu._phase_sum(*a, 0, None)
+    )
+    phases = grad(x)
+    assert_same(got, phases)
+    zeros = got == 0
+    assert (np.signbit(got) == np.signbit(phases))[zeros].all()
+    assert np.signbit(phases)[zeros].any() and (~np.signbit(phases))[zeros].any()
+    with platform_forms("default"):
+        gathered = grad(x)  # the accelerators' gather
+    assert_same(got, gathered)
+
+
 @pytest.mark.parametrize(
     "shape, planes",
     [
