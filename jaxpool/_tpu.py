@@ -30,9 +30,9 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   lanes), it runs with the planes moved to the minor axis
   (:func:`planes_minor`): on their own axes where the channels fill the
   TPU's lanes, else as one axis, split into tiles' rows of 128 where they
-  fill whole tiles and there are phases to interleave (:func:`plane_axes`);
-  where they take two axes, every phase is computed in one loop, phase
-  major, and interleaved by the transpose back (:func:`_phase_major_sum`).
+  fill whole tiles and there are phases to interleave (:func:`plane_axes`).
+  Mostly, every phase is computed in one loop, phase major, and interleaved
+  by the transpose back (:func:`phase_major`, :func:`_phase_major_sum`).
   Dilated and adaptive windows take ``_backward``'s gather.
 """
 
@@ -536,6 +536,26 @@ def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     return jnp.where(valid, number, -1).astype(dtype)
 
 
+def phase_major(
+    spec: PoolSpec, planes: tuple[int, ...], dtype: Any, in_one_axis: bool
+) -> bool:
+    """Whether :func:`covering_sum` computes the stride phases in one loop,
+    phase major (:func:`_phase_major_sum`), for planes of sizes ``planes``:
+    wherever they are coded (:func:`coded`), but where the planes move behind
+    the spatial axes as one axis (the last spatial axis is then the rows of
+    the TPU's tiles, and the transpose back would interleave along them:
+    8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major), and for 16-bit
+    gradients of 2-D pools whose channels do not fill whole lanes: there XLA
+    prefetches the input into VMEM for the forward, in slices, and relays
+    the shifted gradients out, which the phases' own loops spare it (v5e
+    cost model, bfloat16 train steps: 32x64x112² k3 s2 p1 752 MB, 794 phase
+    major; channels-last 32x56²x64 283, 357)."""
+    if not coded(spec) or in_one_axis:
+        return False
+    narrow = spec.nd == 2 and planes[-1] % 128 != 0
+    return not (narrow and jnp.dtype(dtype).itemsize < 4)
+
+
 def covering_sum(
     grad_output: jax.Array,
     indices: jax.Array,
@@ -554,7 +574,10 @@ def covering_sum(
     lead = split(grad_output.ndim, spec.nd, spec.trail)[0]
     by_number = coded(spec)
     keys = tap_codes(indices, spec, lead) if by_number else indices
+    planes = _planes(spec, grad_output.shape)
     if sharding is not None or not planes_minor(spec, grad_output.shape):
+        if sharding is None and phase_major(spec, planes, x.dtype, in_one_axis=False):
+            return _phase_major_sum(grad_output, keys, acc, spec, lead)
         return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
     # (*B, *S, *C) -> (*B, *C, *S) -> (*S, *T), T the planes' axes of
@@ -591,15 +614,10 @@ def covering_sum(
     # k3 s1 p1 1,835 to 1,311), except in 2-D tiles' rows: there XLA then
     # prefetches the input into VMEM in four slices (32x64x112² k3 s2 p1 752
     # to 864, and 15% more of the cost model's seconds).
-    planes = _planes(spec, grad_output.shape)
     in_tiles = len(tiles) == 2 and tiles != planes
     widen_first = in_tiles and spec.nd == 2
-    # Every phase in one loop where every spatial axis is major, but for
-    # 16-bit gradients in 2-D tiles' rows: there XLA again prefetches the
-    # input in four slices (v5e cost model, bfloat16 train steps: 32x64x112²
-    # k3 s2 p1 752 MB with the phases' loops, 794 in one).
-    if by_number and len(tiles) == 2 and not (widen_first and grads.dtype != acc):
-        total = _phase_major_sum(grads, keys, acc, spec)
+    if phase_major(spec, planes, x.dtype, in_one_axis=len(tiles) == 1):
+        total = _phase_major_sum(grads, keys, acc, spec, 0)
     else:
         total = _phase_sum(grads, keys, acc, spec, 0, None, widen_first)
     total = jnp.moveaxis(total, ends, starts)
@@ -711,12 +729,12 @@ def _phase_sum(
 
 
 def _phase_major_sum(
-    grad_output: jax.Array, keys: jax.Array, acc: Any, spec: PoolSpec
+    grad_output: jax.Array, keys: jax.Array, acc: Any, spec: PoolSpec, lead: int
 ) -> jax.Array:
-    """:func:`_phase_sum` by tap numbers over arrays ``(*S, *T)`` whose spatial
-    axes are all major (the planes on two axes behind them), with every
-    stride phase computed in one loop over ``(*strides, *rows, *T)``, phase
-    major, and interleaved by the transpose back.
+    """:func:`_phase_sum` by tap numbers, over arrays whose spatial axes start
+    at ``lead``, with every stride phase computed in one loop over
+    ``(*strides, *B, *rows, *T)``, phase major, and interleaved by the
+    transpose back.
 
     XLA's TPU compiler fuses a broadcast over the major axes into that loop,
     but not one that inserts the phase axes between the rows (it writes the
@@ -734,10 +752,11 @@ def _phase_major_sum(
     (MB, against the builtin's): 32x64x112² k3 s2 p1 1,242 to 1,133 (1,211);
     channels-last 32x112²x64 1,503 to 1,291 (1,211); 8x128x32³ k3 s2 p1 843
     to 759 (856); SegNet's pool1 16x64x360x480 k2 s2 7,036 to 4,364
-    (8,069)."""
+    (8,069); in their own layout, channels-last 2x64³x128 k3 s2 p1 1,678 to
+    1,485 (1,711), VGG-16's pool3 32x56²x256 k2 s2 1,137 to 635 (642)."""
     axes = spec.axes
     nd = len(axes)
-    grid = _Grid.of(grad_output, keys, spec, 0, None)
+    grid = _Grid.of(grad_output, keys, spec, lead, None)
     strides = tuple(w.stride for w in axes)
     domain = (*strides, *grid.shape)
     dims = tuple(range(nd, len(domain)))
@@ -763,12 +782,15 @@ def _phase_major_sum(
         part = jnp.where(take, g, jnp.zeros((), g.dtype)).astype(acc)
         parts.append(jnp.where(ours, part, other))
     total = lax.optimization_barrier(functools.reduce(jnp.add, parts))
-    order = [i for a in range(nd) for i in (nd + a, a)]
-    total = total.transpose((*order, *range(2 * nd, len(domain))))
-    rows = (n * s for n, s in zip(grid.shape[:nd], strides, strict=True))
-    total = total.reshape(*rows, *grid.shape[nd:])
+    # (*strides, *B, *rows, *T) -> (*B, rows, stride, ..., *T)
+    order = [*range(nd, nd + lead)]
+    order += [i for a in range(nd) for i in (nd + lead + a, a)]
+    total = total.transpose((*order, *range(2 * nd + lead, len(domain))))
+    shape = grid.shape
+    rows = (shape[lead + a] * s for a, s in enumerate(strides))
+    total = total.reshape(*shape[:lead], *rows, *shape[lead + nd :])
     for a, w in enumerate(axes):
-        total = lax.slice_in_dim(total, 0, w.size, axis=a)
+        total = lax.slice_in_dim(total, 0, w.size, axis=lead + a)
     return total
 
 

@@ -370,8 +370,12 @@ def _pooled_shape(shape, window):
 # float32 accumulator 1.2x); the figures reached elsewhere. The 2-D row: 1,133
 # MB, 0.94x, since its phases are summed phase-major (_tpu._phase_major_sum;
 # 1,242 before, 2,818 at first); 8x128x32³ at parity since then too (759 MB
-# and 51 of temporaries against 856 and 134; 843 and 135 before); the
-# channels-last 2x64³x128 row's temporaries 189 kB over 268 MB. On a TPU
+# and 51 of temporaries against 856 and 134; 843 and 135 before). The
+# channels-last 2x64³x128 row, in its own layout, is summed phase-major too:
+# 1,485 MB and 218 of temporaries against 1,711 and 268 (1,678 and 189 kB
+# over 268 MB before). VGG-16's pool3 (channels-last, 256 channels in the
+# lanes) is at parity since then: 635 MB against 642 (1,137, 1.77x,
+# before). On a TPU
 # "auto" is the gather here: the k3 s1 p1 row is also the gather's step, which
 # once needed more than a v5e's 16 GB of temporaries. 4x256x40³, off the
 # benchmark shapes, keeps its planes on their own axes (_tpu.plane_axes: 1,704
@@ -398,9 +402,16 @@ TPU_STEPS = {
         (3, 2, 1),
         {"channels_last": True},
         1.0,
-        1.001,
+        1.0,
     ),
     "8x128x32³ k3 s2 p1": ((8, 128, 32, 32, 32), (3, 2, 1), {}, 1.0, 1.0),
+    "VGG-16 pool3 32x56²x256 k2 s2 channels-last": (
+        (32, 56, 56, 256),
+        (2, 2, 0),
+        {"channels_last": True},
+        1.0,
+        1.0,
+    ),
     "32x64x112² k3 s2 p1": ((32, 64, 112, 112), (3, 2, 1), {}, 0.95, 1.0),
     "32x112²x64 k3 s2 p1 channels-last": (
         (32, 112, 112, 64),
@@ -453,11 +464,9 @@ def test_tpu_train_step_costs_no_more_than_the_builtin(label):
     step, ref = _on_v5e(programs, label, "step auto", "reduce_window step")
     for op in ("select-and-scatter", "scatter", "gather", "sort"):
         assert compiled.count_ops(step["hlo"], op) == 0, op
-    ratios = (
-        step["bytes_accessed"] / ref["bytes_accessed"],
-        step["temp_bytes"] / ref["temp_bytes"],
-    )
-    assert ratios[0] <= most_bytes and ratios[1] <= most_temps, ratios
+    figures = (step["bytes_accessed"], step["temp_bytes"])
+    most = (most_bytes * ref["bytes_accessed"], most_temps * ref["temp_bytes"])
+    assert figures[0] <= most[0] and figures[1] <= most[1], (figures, most)
 
 
 def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
@@ -486,11 +495,12 @@ def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
 )
 def test_tpu_network_pool_step_that_reads_the_values_is_at_parity(label):
     """Pools of common networks (``benchmarks/compiled.py --networks``): on a
-    small grid with many channels the gradient alone costs 3.2-4.3x the
+    small grid with many channels the gradient alone costs 1.6-3.2x the
     builtin's bytes (one select-and-scatter), but the step that reads the
-    values costs a v5e no more than the builtin's (VGG-16 pool4: 421 MB
-    against 462; GoogLeNet's stride-1 3x3: 283 against 360), with no
-    scatter, gather, while or sort."""
+    values costs a v5e at most 0.8x the builtin's (VGG-16 pool4: 215 MB
+    against 462, 421 before its phases were summed phase-major; GoogLeNet's
+    stride-1 3x3: 283 against 360), with no scatter, gather, while or
+    sort."""
     _target("v5e")
     step, ref = _on_v5e(
         compiled.network_programs(),
@@ -498,7 +508,7 @@ def test_tpu_network_pool_step_that_reads_the_values_is_at_parity(label):
         "value_and_grad auto",
         "reduce_window value_and_grad",
     )
-    assert step["bytes_accessed"] <= ref["bytes_accessed"]
+    assert step["bytes_accessed"] <= 0.8 * ref["bytes_accessed"]
     assert not any(step["ops"].values()), step["ops"]
 
 

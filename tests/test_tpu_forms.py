@@ -175,11 +175,13 @@ def test_backward_order_is_the_gathers(name):
     assert_same(got, gathered)
 
 
-# Where the planes take two axes behind the spatial ones (tiles' rows or their
-# own), the phases are summed phase-major in one loop (_tpu._phase_major_sum),
-# a tap of another phase adding -0.0; 16-bit gradients in 2-D tiles' rows keep
-# the phases' own loops. Cases: (shape, args, channels_last, dtype, the
-# planes' axes, phase-major).
+# With stride phases, the phases are summed phase-major in one loop
+# (_tpu._phase_major_sum; a tap of another phase adds -0.0), in the arrays' own
+# layout and where the planes take two axes behind the spatial ones (tiles'
+# rows or their own), but not where they take one, nor for 16-bit gradients
+# of 2-D pools whose channels do not fill whole lanes (_tpu.phase_major).
+# Cases: (shape, args, channels_last, dtype, the planes' axes or None where
+# they stay, phase-major).
 PHASE_MAJOR_CASES = {
     "2-D in tiles, k3 s2 p1": (
         (16, 64, 9, 10),
@@ -219,6 +221,38 @@ PHASE_MAJOR_CASES = {
         False,
         "float32",
         (8, 128),
+        True,
+    ),
+    "own layout, k3 s2 p1": (
+        (2, 3, 9, 10, 11),
+        (3, 2, 1),
+        False,
+        "float32",
+        None,
+        True,
+    ),
+    "own layout, channels-last 2-D, k3 s2 p1, bfloat16 (phases)": (
+        (4, 9, 10, 64),
+        (3, 2, 1),
+        True,
+        "bfloat16",
+        None,
+        False,
+    ),
+    "own layout, channels-last 2-D, k3 s2 p1, bfloat16, 128 channels": (
+        (2, 9, 10, 128),
+        (3, 2, 1),
+        True,
+        "bfloat16",
+        None,
+        True,
+    ),
+    "own layout, channels-last 3-D, k2 s3 p1": (
+        (2, 7, 8, 9, 64),
+        (2, 3, 1),
+        True,
+        "float32",
+        None,
         True,
     ),
     "3-D on their own axes, k2 s3 p1": (
@@ -265,7 +299,9 @@ def test_phase_major_sum_is_the_phases_to_the_sign_of_zero(name, monkeypatch):
     got = grad(x)
     assert bool(calls) == phase_major
     monkeypatch.setattr(  # the phases' own loops, as before it
-        _tpu, "_phase_major_sum", lambda *a: _tpu._phase_sum(*a, 0, None)
+        _tpu,
+        "_phase_major_sum",
+        lambda g, k, acc, spec, lead: _tpu._phase_sum(g, k, acc, spec, lead, None),
     )
     phases = grad(x)
     assert_same(got, phases)
