@@ -541,10 +541,10 @@ def phase_major(
 ) -> bool:
     """Whether :func:`covering_sum` computes the stride phases in one loop,
     phase major (:func:`_phase_major_sum`), for planes of sizes ``planes``:
-    wherever they are coded (:func:`coded`), but where the planes move behind
-    the spatial axes as one axis (the last spatial axis is then the rows of
-    the TPU's tiles, and the transpose back would interleave along them:
-    8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major), and for 16-bit
+    wherever there are phases (:func:`coded`), except where the planes move
+    behind the spatial axes as one axis (the last spatial axis is then the
+    rows of the TPU's tiles, and the transpose back would interleave along
+    them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major), and for 16-bit
     gradients of 2-D pools whose channels do not fill whole lanes: there XLA
     prefetches the input into VMEM for the forward, in slices, and relays
     the shifted gradients out, which the phases' own loops spare it (v5e
