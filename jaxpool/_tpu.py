@@ -722,10 +722,13 @@ def _phase_sum(
             wanted = jnp.array(number, keys.dtype) if by_number else here
             part = jnp.where(k == wanted, g.astype(acc), zero)
             phases[key] = phases[key] + part if key in phases else part
-    merged = _interleave(phases, [w.stride for w in axes], lead, acc, sharding)
-    for a, w in enumerate(axes):
-        merged = lax.slice_in_dim(merged, 0, w.size, axis=lead + a)
-    return merged
+    like = next(iter(phases.values()))
+    zeros = jnp.zeros(like.shape, acc, out_sharding=sharding)
+    every = itertools.product(*(range(w.stride) for w in axes))
+    stacked = jnp.stack([phases.get(key, zeros) for key in every])
+    return _interleave(
+        stacked.reshape(*(w.stride for w in axes), *like.shape), spec, lead
+    )
 
 
 def _phase_major_sum(
@@ -782,41 +785,21 @@ def _phase_major_sum(
         part = jnp.where(take, g, jnp.zeros((), g.dtype)).astype(acc)
         parts.append(jnp.where(ours, part, other))
     total = lax.optimization_barrier(functools.reduce(jnp.add, parts))
-    # (*strides, *B, *rows, *T) -> (*B, rows, stride, ..., *T)
-    order = [*range(nd, nd + lead)]
-    order += [i for a in range(nd) for i in (nd + lead + a, a)]
-    total = total.transpose((*order, *range(2 * nd + lead, len(domain))))
-    shape = grid.shape
-    rows = (shape[lead + a] * s for a, s in enumerate(strides))
-    total = total.reshape(*shape[:lead], *rows, *shape[lead + nd :])
-    for a, w in enumerate(axes):
-        total = lax.slice_in_dim(total, 0, w.size, axis=lead + a)
-    return total
+    return _interleave(total, spec, lead)
 
 
-def _interleave(
-    phases: dict[tuple[int, ...], jax.Array],
-    strides: list[int],
-    lead: int,
-    acc: Any,
-    sharding: Any,
-) -> jax.Array:
-    """The stride phases ``(*B, *rows, *T)`` (zeros where absent) interleaved
-    along each spatial axis: stacked phase-major, moved beside their axes,
-    merged; ``(*B, *(rows * stride), *T)``."""
-    like = next(iter(phases.values()))
-    nd = len(strides)
-    zeros = jnp.zeros(like.shape, acc, out_sharding=sharding)
-    keys = itertools.product(*(range(s) for s in strides))
-    stacked = jnp.stack([phases.get(k, zeros) for k in keys])
-    stacked = stacked.reshape(*strides, *like.shape)
+def _interleave(stacked: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
+    """The stride phases stacked phase-major, ``(*strides, *B, *rows, *T)``,
+    interleaved along each spatial axis (moved beside their axes, merged)
+    and cut to the input's size: ``(*B, *S, *T)``."""
+    nd = spec.nd
     order = list(range(nd, nd + lead))
     for a in range(nd):
         order += [nd + lead + a, a]
     order += list(range(2 * nd + lead, stacked.ndim))
-    spatial = like.shape[lead : lead + nd]
-    return stacked.transpose(order).reshape(
-        *like.shape[:lead],
-        *(n * s for n, s in zip(spatial, strides, strict=True)),
-        *like.shape[lead + nd :],
-    )
+    shape = stacked.shape[nd:]
+    rows = (shape[lead + a] * w.stride for a, w in enumerate(spec.axes))
+    merged = stacked.transpose(order).reshape(*shape[:lead], *rows, *shape[lead + nd :])
+    for a, w in enumerate(spec.axes):
+        merged = lax.slice_in_dim(merged, 0, w.size, axis=lead + a)
+    return merged
