@@ -66,24 +66,41 @@ def _form(item) -> str | None:
     return form if form in ("default", "tpu") else None
 
 
+def _for_other_platforms(item) -> bool:
+    """Whether the test runs a form that no CPU user runs: another platform's
+    (the seam's ``"default"`` or ``"tpu"``) or Pallas's kernels interpreted."""
+    callspec = getattr(item, "callspec", None)
+    form = callspec.params.get("form") if callspec else None
+    return _form(item) in ("default", "tpu") or form == "pallas"
+
+
 def pytest_collection_modifyitems(config, items):
     """The quick tier leaves out (deselects, never skips) what is marked
     ``full``. The tests of one kernel form are then put together, so that a
-    worker clears JAX's caches once per form rather than once per test."""
+    worker clears JAX's caches once per form rather than once per test, and
+    switches XLA's optimization once (see :func:`_kernel_forms`)."""
     if not config.getoption("--full"):
         full = [item for item in items if item.get_closest_marker("full")]
         if full:
             config.hook.pytest_deselected(items=full)
             items[:] = [item for item in items if not item.get_closest_marker("full")]
     order = {None: 0, "cpu": 0, "default": 1, "tpu": 2}
-    items.sort(key=lambda item: order[_form(item)])
+    items.sort(key=lambda item: (order[_form(item)], _for_other_platforms(item)))
 
 
 @pytest.fixture(autouse=True)
 def _kernel_forms(request):
     """The forms the test's ``form`` parameter or ``forms`` mark names, else
-    the platform's own."""
+    the platform's own.
+
+    A form that no CPU user runs is compiled with XLA's optimizations off
+    (``jax_disable_most_optimizations``: LLVM at its lowest level; XLA's HLO
+    passes run as ever). What those tests check is the form's program, which
+    another backend compiles for its users; XLA:CPU's code generation for it
+    is beside the point, and costs a quarter of their time. The CPU's own
+    forms, what a CPU user runs, keep XLA's defaults."""
     helpers.use_forms(_form(request.node))
+    helpers.optimize(not _for_other_platforms(request.node))
 
 
 @pytest.fixture

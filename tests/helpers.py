@@ -159,6 +159,16 @@ def use_forms(which: str | None) -> None:
     _forms[0] = which
 
 
+def optimize(on: bool) -> None:
+    """Compile with XLA's optimizations on (its defaults) or off. JAX's caches
+    are cleared whenever this changes, as in :func:`use_forms`: its programs
+    are cached without it in their key."""
+    if jax.config.read("jax_disable_most_optimizations") != on:
+        return
+    jax.clear_caches()
+    jax.config.update("jax_disable_most_optimizations", not on)
+
+
 @contextlib.contextmanager
 def platform_forms(which: str | None):
     """:func:`use_forms` for a block, then the forms of before."""
