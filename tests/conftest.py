@@ -56,22 +56,24 @@ def pytest_configure(config):
     settings.load_profile("ci" if config.getoption("--full") else "quick")
 
 
+def _param(item) -> str | None:
+    """The test's ``form`` parameter, if it has one."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("form") if callspec else None
+
+
 def _form(item) -> str | None:
     """The kernel forms a test runs under (see ``helpers.use_forms``)."""
     marker = item.get_closest_marker("forms")
     if marker is not None:
         return marker.args[0]
-    callspec = getattr(item, "callspec", None)
-    form = callspec.params.get("form") if callspec else None
-    return form if form in ("default", "tpu") else None
+    return _param(item) if _param(item) in ("default", "tpu") else None
 
 
 def _for_other_platforms(item) -> bool:
     """Whether the test runs a form that no CPU user runs: another platform's
     (the seam's ``"default"`` or ``"tpu"``) or Pallas's kernels interpreted."""
-    callspec = getattr(item, "callspec", None)
-    form = callspec.params.get("form") if callspec else None
-    return _form(item) in ("default", "tpu") or form == "pallas"
+    return _form(item) in ("default", "tpu") or _param(item) == "pallas"
 
 
 def pytest_collection_modifyitems(config, items):
