@@ -67,7 +67,8 @@ def _form(item) -> str | None:
     marker = item.get_closest_marker("forms")
     if marker is not None:
         return marker.args[0]
-    return _param(item) if _param(item) in ("default", "tpu") else None
+    form = _param(item)
+    return form if form in ("default", "tpu") else None
 
 
 def _for_other_platforms(item) -> bool:

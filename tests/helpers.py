@@ -163,10 +163,11 @@ def optimize(on: bool) -> None:
     """Compile with XLA's optimizations on (its defaults) or off. JAX's caches
     are cleared whenever this changes, as in :func:`use_forms`: its programs
     are cached without it in their key."""
-    if jax.config.read("jax_disable_most_optimizations") != on:
+    off = not on
+    if jax.config.read("jax_disable_most_optimizations") == off:
         return
     jax.clear_caches()
-    jax.config.update("jax_disable_most_optimizations", not on)
+    jax.config.update("jax_disable_most_optimizations", off)
 
 
 @contextlib.contextmanager
