@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._planes import _flatten, accumulation_dtype
+from ._planes import _flatten, accumulation_dtype, positive_zeros
 from ._windows import AxisWindows, PoolSpec, flat_offsets, row_major_strides, split
 
 
@@ -28,11 +28,14 @@ def covering_sum(
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     sharding: Any = None,
+    tangent: bool = False,
 ) -> jax.Array:
     """Deterministic backward, without the aliased empty windows: for each
     input element, in a fixed order, the gradient of every window that covers
     it and chose it, in the accumulation dtype (then :func:`add_aliased`, and
-    round once).
+    round once); -0.0 gradients as +0.0 (``_planes.positive_zeros``), except
+    in a ``tangent`` (the sum's JVP, which must stay linear for JAX to
+    transpose it; the spec signs no zero of a derivative of the backward).
 
     Windows are visited in increasing index order along each axis (at most
     ``ceil(span / stride)`` per axis), each a gather of one window per input
@@ -46,6 +49,7 @@ def covering_sum(
       x: shape ``(*B, *S, *T)`` and dtype of the result.
       spec: the pool.
       sharding: of the arrays built here (see ``_platform.plane_sharding``).
+      tangent: the sum of tangents, their zeros as they are.
     """
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     batch, _ = split(grad_output.ndim, nd, trail)
@@ -60,6 +64,7 @@ def covering_sum(
         for a, (w, table, m) in enumerate(zip(axes, tables, slots, strict=True)):
             g = _spread(g, batch + a, w, table[m], 0)
             i = _spread(i, batch + a, w, table[m], -1)
+        g = g if tangent else positive_zeros(g)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total
 
@@ -87,6 +92,7 @@ def add_aliased(
             g = jnp.take(flat_g, row, axis=batch, mode="fill", fill_value=0)
             i = jnp.take(flat_i, row, axis=batch, mode="fill", fill_value=-1)
             g, i = g.reshape(total.shape), i.reshape(total.shape)
+            g = positive_zeros(g)
             total = total + jnp.where(i == here, g, jnp.zeros((), total.dtype))
     return total
 

@@ -49,7 +49,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._planes import _flatten, accumulation_dtype, in_plane, per_plane
+from ._planes import (
+    _flatten,
+    accumulation_dtype,
+    in_plane,
+    per_plane,
+    positive_zeros,
+)
 from ._windows import FractionalSpec, row_major_strides, split, with_spatial
 
 # (exponent bits, mantissa bits) of the 16-bit floats: PyTorch's c10::Half and
@@ -316,6 +322,6 @@ def gather_sum(
         end = jnp.maximum(end - 1, 0)  # each position's segment's last entry
         return jnp.where(keys[end] == here, sums[end], 0)
 
-    grads = _flatten(grad_output.astype(acc), nd, trail)
+    grads = _flatten(positive_zeros(grad_output).astype(acc), nd, trail)
     total = per_plane(one_plane, first, trail)(grads, _flatten(indices, nd, trail))
     return total.reshape(x.shape).astype(x.dtype)

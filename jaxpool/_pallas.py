@@ -39,7 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from . import _backward
-from ._planes import accumulation_dtype, gather_at, in_plane
+from ._planes import accumulation_dtype, gather_at, in_plane, positive_zeros
 from ._windows import (
     INT32_MAX,
     AxisWindows,
@@ -256,6 +256,9 @@ def _backward_kernel(g_ref, i_ref, o_ref, *, spec, P, T, BP, BT) -> None:
         at = (b, jnp.where(valid, q, 0)[:, None], t_at)
         index = plgpu.load(i_ref.at[at], mask=mask, other=-1)
         grad = plgpu.load(g_ref.at[at], mask=mask, other=0).astype(o_ref.dtype)
+        # The sum's terms (_planes.positive_zeros; its function alone: the
+        # kernel is not differentiated, covering_sum has its own JVP).
+        grad = positive_zeros.fun(grad)
         return total + jnp.where(index == p[:, None], grad, zero)
 
     sizes = tuple(n for _, _, n in bounds)
@@ -278,7 +281,8 @@ def covering_sum(
 
     Linear in ``grad_output``. A Pallas call has neither a JVP nor a
     transpose, so the tangent is ``_backward.covering_sum`` of the input's
-    tangent (the same sum in XLA, the same bits): plain JAX, which JAX
+    tangent (the same sum in XLA, the same bits but for the sign of a
+    zero, which the spec gives no derivative): plain JAX, which JAX
     transposes for reverse mode (the cotangent read at each index that
     counts) and differentiates again in forward mode. That is what lets the
     pool's backward rule, which calls this, be differentiated by ``jvp``:
@@ -317,4 +321,5 @@ def _covering_sum_jvp(
 ) -> tuple[jax.Array, jax.Array]:
     (grad_output, indices), (grad_output_dot, _) = primals, tangents
     total = covering_sum(grad_output, indices, x, spec, interpret)
-    return total, _backward.covering_sum(grad_output_dot, indices, x, spec)
+    tangent = _backward.covering_sum(grad_output_dot, indices, x, spec, tangent=True)
+    return total, tangent

@@ -24,6 +24,24 @@ def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
 
 
+@jax.custom_jvp
+def positive_zeros(grads: jax.Array) -> jax.Array:
+    """``grads`` with their zeros +0.0: the terms of a deterministic backward.
+    The spec's gradient is zeros to which each window's gradient is added, so
+    a -0.0 gradient adds as +0.0 does (``0 + -0.0`` is ``+0.0``) and no sum is
+    -0.0, as none of the scatter's or PyTorch's is. A fixed-order sum starts
+    from its first term instead (XLA drops an added zero: ``0 + x`` folds to
+    ``x``); with no -0.0 term it cannot end at -0.0 either. Its derivative is
+    the identity's (-0.0 and +0.0 are one number), so a Hessian through the
+    backward sees every tangent, at zero cotangents too."""
+    return jnp.where(grads == 0, jnp.zeros((), grads.dtype), grads)
+
+
+@positive_zeros.defjvp
+def _positive_zeros_jvp(primals: Any, tangents: Any) -> Any:
+    return positive_zeros(*primals), tangents[0]
+
+
 def per_plane(fn: Callable[..., jax.Array], lead: int, trail: int) -> Callable:
     """``fn`` over flat planes, vmapped over ``lead`` leading and ``trail``
     trailing axes of every argument and of the result."""

@@ -49,7 +49,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._planes import accumulation_dtype, gather_at, in_plane
+from ._planes import accumulation_dtype, gather_at, in_plane, positive_zeros
 from ._windows import (
     INT32_MAX,
     AxisWindows,
@@ -720,7 +720,7 @@ def _phase_sum(
             g, k = grid.shifted(taps)
             number = _number(taps, axes)
             wanted = jnp.array(number, keys.dtype) if by_number else here
-            part = jnp.where(k == wanted, g.astype(acc), zero)
+            part = jnp.where(k == wanted, positive_zeros(g).astype(acc), zero)
             phases[key] = phases[key] + part if key in phases else part
     like = next(iter(phases.values()))
     zeros = jnp.zeros(like.shape, acc, out_sharding=sharding)
@@ -745,9 +745,12 @@ def _phase_major_sum(
     (it copies them once to stack them, again to interleave them). So each
     term reads its shifted gradients and tap numbers broadcast over the
     phase axes, and counts only where the phase is the tap's: a tap of
-    another phase adds -0.0, which leaves every sum as it is (-0.0 + -0.0 is
-    -0.0), so each position adds its own phase's terms in their order, the
-    ``"gather"`` backward's sum, bit for bit. The tap number each term
+    another phase adds +0.0, which leaves every nonzero sum as it is, so each
+    position adds its own phase's terms in their order, the ``"gather"``
+    backward's sum, bit for bit; and makes a zero sum +0.0, as the spec's is
+    (``_planes.positive_zeros``), with no operation of its own (every
+    position has such a term where the taps fall in more than one phase;
+    elsewhere the terms are made +0.0). The tap number each term
     compares is -2 (no key) on the other phases, so the comparison is made
     on the phase grid, which keeps XLA from writing it out per tap before
     the broadcast; the barrier keeps XLA from moving the interleave into the
@@ -764,22 +767,16 @@ def _phase_major_sum(
     domain = (*strides, *grid.shape)
     dims = tuple(range(nd, len(domain)))
     phase = [lax.broadcasted_iota(jnp.int32, domain, a) for a in range(nd)]
-    other = jnp.array(-0.0, acc)
+    other = jnp.zeros((), acc)
+    every = list(itertools.product(*(taps for taps, _ in grid.plans)))
+    one_phase = len({tuple(t.phase for t in taps) for taps in every}) == 1
     parts = []
-    # A phase that no tap reads (a stride past the window) sums to +0.0.
-    empty = [
-        functools.reduce(jnp.logical_and, [phase[a] != t.phase for t in taps])
-        for a, (taps, _) in enumerate(grid.plans)
-        if len({t.phase for t in taps}) < strides[a]
-    ]
-    if empty:
-        empty_phase = functools.reduce(jnp.logical_or, empty)
-        parts.append(jnp.where(empty_phase, jnp.zeros((), acc), other))
-    for taps in itertools.product(*(taps for taps, _ in grid.plans)):
+    for taps in every:
         ours = functools.reduce(
             jnp.logical_and, (p == t.phase for p, t in zip(phase, taps, strict=True))
         )
         g, k = (lax.broadcast_in_dim(a, domain, dims) for a in grid.shifted(taps))
+        g = positive_zeros(g) if one_phase else g
         wanted = jnp.where(ours, jnp.array(_number(taps, axes), k.dtype), -2)
         take = k == wanted.astype(k.dtype)
         part = jnp.where(take, g, jnp.zeros((), g.dtype)).astype(acc)

@@ -305,14 +305,24 @@ class Outcome(NamedTuple):
     grad: Any
 
 
+def _differ(a: Any, b: Any, signed_zeros: bool = True) -> np.ndarray:
+    """Where two arrays of one shape hold different values, whatever their
+    dtypes: NaN equals NaN, -0.0 is not +0.0 (unless not ``signed_zeros``)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    same = a == b
+    if signed_zeros:
+        same &= np.signbit(a) == np.signbit(b)
+    return ~(same | (np.isnan(a) & np.isnan(b)))
+
+
 def _same(name: str, actual: Any, expected: Any) -> Check:
-    """Bitwise equality of shape, dtype and values (NaN equal to NaN)."""
+    """Bitwise equality of shape, dtype and values (NaN equal to NaN, -0.0 not
+    +0.0)."""
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape or a.dtype != e.dtype:
         where = f"{a.shape} {a.dtype} != {e.shape} {e.dtype}"
         return Check(name, max(a.size, e.size, 1), False, where)
-    af, ef = a.astype(np.float64), e.astype(np.float64)
-    differ = ~((af == ef) | (np.isnan(af) & np.isnan(ef)))
+    differ = _differ(a, e)
     if not differ.any():
         return Check(name, 0, True)
     first = tuple(int(i) for i in np.argwhere(differ)[0])
@@ -321,11 +331,11 @@ def _same(name: str, actual: Any, expected: Any) -> Check:
 
 
 def _mismatches(a: Any, b: Any) -> int:
-    """How many values differ (NaN equal to NaN), whatever the dtypes."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    """How many values differ (:func:`_differ`), whatever the dtypes."""
+    a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return max(a.size, b.size, 1)
-    return int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+    return int(_differ(a, b).sum())
 
 
 def compare(

@@ -54,7 +54,8 @@ def make_input(rng: np.random.Generator, shape, dtype: str, kind: str) -> np.nda
     """Inputs built to discriminate between right and wrong selection rules.
 
     random: distinct normal values. ties: small integers, so most windows hold
-    a tied maximum. nan: ties plus ~30% NaN, so many windows hold several NaNs.
+    a tied maximum, their zeros of both signs (-0.0 at odd positions: it ties
+    with +0.0). nan: ties plus ~30% NaN, so many windows hold several NaNs.
     inf: mostly -inf with some +inf and small integers, so there are windows of
     only -inf (with padding around them) and windows whose max is +inf.
     """
@@ -70,21 +71,35 @@ def make_input(rng: np.random.Generator, shape, dtype: str, kind: str) -> np.nda
         x = rng.choice([-np.inf, -np.inf, -np.inf, np.inf, -1.0, 0.0, 2.0], size)
     else:
         raise ValueError(kind)
+    if kind in ("ties", "nan"):
+        x = _signed_zeros(x)
     return x.reshape(shape).astype(np_dtype(dtype))
 
 
+def _signed_zeros(x: np.ndarray) -> np.ndarray:
+    """``x`` with its zeros at odd flat positions made -0.0."""
+    odd = np.arange(x.size).reshape(x.shape) % 2 == 1
+    return np.where((x == 0) & odd, -0.0, x)
+
+
 def cotangent(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
-    """Small-integer cotangents: their sums are exact in every dtype."""
-    return rng.integers(-3, 4, shape).astype(np_dtype(dtype))
+    """Small-integer cotangents: their sums are exact in every dtype. Their
+    zeros are of both signs: the spec's gradient (zeros, then each window's
+    added) is +0.0 where only -0.0 gradients land."""
+    return _signed_zeros(rng.integers(-3, 4, shape).astype(np.float64)).astype(
+        np_dtype(dtype)
+    )
 
 
-def assert_same(actual, expected, what: str = "") -> None:
-    """Bitwise equality (NaN equal to NaN), with the first mismatch reported."""
+def assert_same(actual, expected, what: str = "", signed_zeros: bool = True) -> None:
+    """Bitwise equality (NaN equal to NaN, -0.0 not +0.0), with the first
+    mismatch reported. ``signed_zeros=False`` takes -0.0 as +0.0, for what the
+    spec leaves unsigned: derivatives of the backward, taken in two orders
+    (``0 * -w`` in one, ``0 * w`` in the other)."""
     a, e = np.asarray(actual), np.asarray(expected)
     assert a.shape == e.shape, (what, a.shape, e.shape)
     assert a.dtype == e.dtype, (what, a.dtype, e.dtype)
-    af, ef = a.astype(np.float64), e.astype(np.float64)
-    same = (af == ef) | (np.isnan(af) & np.isnan(ef))
+    same = ~verify._differ(a, e, signed_zeros)
     if not same.all():
         where = tuple(int(i) for i in np.argwhere(~same)[0])
         pytest.fail(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -89,6 +90,40 @@ def test_adaptive_max_pool_matches_torch(torch, case, dtype, form):
         rng,
         dtype,
     )
+
+
+@pytest.mark.parametrize("algorithm", ["scatter", "gather"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "pool", ["max_pool2d k3 s2 p1", "max_pool2d k2", "adaptive_max_pool2d 9x10 -> 4x3"]
+)
+def test_negative_zero_gradients_add_as_torch_adds_them(torch, pool, dtype, algorithm):
+    """Cotangents of -0.0 (and some nonzero ones) give torch's gradient bit for
+    bit, zeros by their sign: +0.0 wherever only -0.0 lands, in the scatter
+    and in the deterministic sum, through ``jax.vjp`` and the backward op."""
+    x = make_input(_seed(21), (2, 3, 9, 10), dtype, "random")
+    xt = to_torch(torch, x).requires_grad_()
+    if pool.startswith("adaptive"):
+        forward = functools.partial(jaxpool.adaptive_max_pool2d, output_size=(4, 3))
+        backward = jaxpool.adaptive_max_pool2d_backward
+        tv, ti = torch.nn.functional.adaptive_max_pool2d(xt, (4, 3), True)
+        kwargs = {}
+    else:
+        kwargs = dict(kernel_size=3, stride=2, padding=1) if "k3" in pool else {}
+        kwargs = kwargs or dict(kernel_size=2)
+        forward = functools.partial(jaxpool.max_pool2d_with_argmax, **kwargs)
+        backward = functools.partial(jaxpool.max_pool2d_with_argmax_backward, **kwargs)
+        tv, ti = torch.nn.functional.max_pool2d(xt, **kwargs, return_indices=True)
+    g = np.full(tv.shape, -0.0, np_dtype(dtype))
+    g.reshape(-1)[::7] = 2.0  # a few windows carry a gradient
+    tv.backward(to_torch(torch, g))
+    want = from_torch(torch, xt.grad)
+    assert np.signbit(want[want == 0]).sum() == 0  # torch's zeros are +0.0
+    _, vjp = jax.vjp(lambda x: forward(x, algorithm=algorithm)[0], x)
+    assert_same(vjp(g)[0], want, "grad")
+    indices = forward(x)[1]
+    assert_same(indices, ti.numpy().astype(np.int32), "indices")
+    assert_same(backward(g, x, indices, algorithm=algorithm), want, "backward op")
 
 
 def _unpool_inputs(torch, nd, shape, kwargs, dtype, kind):
