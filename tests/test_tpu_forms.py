@@ -176,7 +176,7 @@ def test_backward_order_is_the_gathers(name):
 
 
 # With stride phases, the phases are summed phase-major in one loop
-# (_tpu._phase_major_sum; a tap of another phase adds -0.0), in the arrays' own
+# (_tpu._phase_major_sum; a tap of another phase adds +0.0), in the arrays' own
 # layout and where the planes take two axes behind the spatial ones (tiles'
 # rows or their own), but not where they take one, nor for 16-bit gradients
 # of 2-D pools whose channels do not fill whole lanes (_tpu.phase_major).
@@ -186,6 +186,14 @@ PHASE_MAJOR_CASES = {
     "2-D in tiles, k3 s2 p1": (
         (16, 64, 9, 10),
         (3, 2, 1),
+        False,
+        "float32",
+        (8, 128),
+        True,
+    ),
+    "2-D in tiles, k1 s2 (every tap in one phase)": (
+        (16, 64, 9, 10),
+        (1, 2, 0),
         False,
         "float32",
         (8, 128),
