@@ -92,28 +92,34 @@ def test_adaptive_max_pool_matches_torch(torch, case, dtype, form):
     )
 
 
+# name: (the op, its keyword arguments, torch's and jaxpool's alike).
+NEGATIVE_ZERO_POOLS = {
+    "max_pool2d k3 s2 p1": ("max_pool2d", dict(kernel_size=3, stride=2, padding=1)),
+    "max_pool2d k2": ("max_pool2d", dict(kernel_size=2)),
+    "adaptive_max_pool2d 9x10 -> 4x3": (
+        "adaptive_max_pool2d",
+        dict(output_size=(4, 3)),
+    ),
+}
+
+
 @pytest.mark.parametrize("algorithm", ["scatter", "gather"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize(
-    "pool", ["max_pool2d k3 s2 p1", "max_pool2d k2", "adaptive_max_pool2d 9x10 -> 4x3"]
-)
+@pytest.mark.parametrize("pool", NEGATIVE_ZERO_POOLS)
 def test_negative_zero_gradients_add_as_torch_adds_them(torch, pool, dtype, algorithm):
     """Cotangents of -0.0 (and some nonzero ones) give torch's gradient bit for
     bit, zeros by their sign: +0.0 wherever only -0.0 lands, in the scatter
     and in the deterministic sum, through ``jax.vjp`` and the backward op."""
+    op, kwargs = NEGATIVE_ZERO_POOLS[pool]
+    adaptive = op.startswith("adaptive")
+    name = op if adaptive else f"{op}_with_argmax"
+    forward = functools.partial(getattr(jaxpool, name), **kwargs)
+    # (an adaptive backward takes its windows from the shapes alone)
+    backward = getattr(jaxpool, f"{name}_backward")
+    backward = backward if adaptive else functools.partial(backward, **kwargs)
     x = make_input(_seed(21), (2, 3, 9, 10), dtype, "random")
     xt = to_torch(torch, x).requires_grad_()
-    if pool.startswith("adaptive"):
-        forward = functools.partial(jaxpool.adaptive_max_pool2d, output_size=(4, 3))
-        backward = jaxpool.adaptive_max_pool2d_backward
-        tv, ti = torch.nn.functional.adaptive_max_pool2d(xt, (4, 3), True)
-        kwargs = {}
-    else:
-        kwargs = dict(kernel_size=3, stride=2, padding=1) if "k3" in pool else {}
-        kwargs = kwargs or dict(kernel_size=2)
-        forward = functools.partial(jaxpool.max_pool2d_with_argmax, **kwargs)
-        backward = functools.partial(jaxpool.max_pool2d_with_argmax_backward, **kwargs)
-        tv, ti = torch.nn.functional.max_pool2d(xt, **kwargs, return_indices=True)
+    tv, ti = getattr(torch.nn.functional, op)(xt, **kwargs, return_indices=True)
     g = np.full(tv.shape, -0.0, np_dtype(dtype))
     g.reshape(-1)[::7] = 2.0  # a few windows carry a gradient
     tv.backward(to_torch(torch, g))
