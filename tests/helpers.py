@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from cases import INPUT_KINDS
+from cases import DTYPES, INPUT_KINDS
 
 import jaxpool
 from jaxpool import _platform, reference, verify
@@ -140,6 +140,19 @@ def check_against_oracle(forward, backward, x, want, nd, rng, dtype) -> None:
     checks = verify.compare(forward, backward, x, want, g, nd, exact=True).checks
     failed = [f"{c.name}: {c.error:g} {c.where}" for c in checks if not c.passed]
     assert not failed, failed
+
+
+def row_dtypes(row: int) -> list[tuple[str, tuple]]:
+    """A table row's dtypes in the CPU's forms, with their marks: float32 and
+    bfloat16 in the quick tier, and in the full one float16 on even rows and
+    float64 on odd ones. Each dtype meets every row or every other row, at
+    half the cost of every dtype on every row."""
+    wide = ("float16", "float64")[row % 2]
+    return [
+        (dtype, (pytest.mark.full,) if dtype == wide else ())
+        for dtype in DTYPES
+        if dtype in ("bfloat16", "float32", wide)
+    ]
 
 
 # The kernel forms the oracle tests run, each as a test parameter ``form``:

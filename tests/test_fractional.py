@@ -25,6 +25,7 @@ from helpers import (
     precision,
     require,
     rng_for,
+    row_dtypes,
     to_torch,
 )
 
@@ -193,8 +194,14 @@ def torch_pool(torch, nd, x, kernel, out, samples):
     )
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", range(len(TORCH_FRACTIONAL)))
+@pytest.mark.parametrize(
+    "case, dtype",
+    [
+        pytest.param(case, dtype, marks=marks)
+        for case in range(len(TORCH_FRACTIONAL))
+        for dtype, marks in row_dtypes(case)
+    ],
+)
 def test_matches_torch(torch, case, dtype):
     """Values, indices and the gradient (small-integer cotangents: exact in
     any order and dtype) equal PyTorch's, from the same samples."""

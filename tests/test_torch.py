@@ -20,6 +20,7 @@ from helpers import (
     np_dtype,
     precision,
     require,
+    row_dtypes,
     to_torch,
 )
 
@@ -36,14 +37,12 @@ def _seed(*parts: int) -> np.random.Generator:
     return np.random.default_rng(list(parts))
 
 
-# float32 and bfloat16 in the quick tier, every dtype in the full one; the
-# Pallas kernels (interpreted) on a few rows, in float32.
+# The row's dtypes (helpers.row_dtypes); the Pallas kernels (interpreted) on a
+# few rows, in float32.
 def _grid(table, pallas):
     params = []
     for case in range(len(table)):
-        for dtype in DTYPES:
-            full = dtype not in ("float32", "bfloat16")
-            marks = pytest.mark.full if full else ()
+        for dtype, marks in row_dtypes(case):
             params.append(pytest.param(case, dtype, "cpu", marks=marks))
         if case in pallas:
             params.append(
