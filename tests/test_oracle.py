@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from cases import ADAPTIVE, FRACTIONAL, POOLS, adaptive_cases, pool_cases
+from cases import ADAPTIVE, DTYPES, FRACTIONAL, POOLS, adaptive_cases, pool_cases
 from helpers import (
     check_adaptive,
     check_against_oracle,
@@ -55,7 +55,7 @@ def _grid(table, restart=()):
         turn = 0 if k in restart else turn
         for dtype, marks in row_dtypes(turn):
             params.append(pytest.param(name, dtype, "cpu", marks=marks))
-        dtypes = ("float32", "bfloat16")[:: 1 - 2 * (turn % 2)]
+        dtypes = ("float32", "bfloat16") if turn % 2 == 0 else ("bfloat16", "float32")
         for form, dtype in zip(("default", "tpu"), dtypes, strict=True):
             params.append(pytest.param(name, dtype, form, marks=FULL))
         pallas = PALLAS_TURN[turn % len(PALLAS_TURN)]
@@ -64,13 +64,37 @@ def _grid(table, restart=()):
     return params
 
 
-@pytest.mark.parametrize("name, dtype, form", _grid(POOLS, restart=(13,)))
+GRIDS = {
+    "POOLS": (POOLS, _grid(POOLS, restart=(13,))),
+    "ADAPTIVE": (ADAPTIVE, _grid(ADAPTIVE)),
+    "FRACTIONAL": (FRACTIONAL, _grid(FRACTIONAL)),
+}
+
+
+@pytest.mark.parametrize("table", GRIDS)
+def test_grids_meet_every_dtype_of_each_form_at_each_rank(table):
+    """Rows take their dtypes in turn, not all of them: for each number of
+    spatial axes, the CPU's forms still meet every dtype and the
+    accelerators' and the TPU's float32 and bfloat16 (a table reordered so
+    that a rank's rows fall on one turn would lose some)."""
+    rows, params = GRIDS[table]
+    met = {}
+    for param in params:
+        name, dtype, form = param.values
+        met.setdefault((rows[name][0], form), set()).add(dtype)
+    for nd in {row[0] for row in rows.values()}:
+        assert met[nd, "cpu"] == set(DTYPES), (nd, met[nd, "cpu"])
+        for form in ("default", "tpu"):
+            assert met[nd, form] == {"float32", "bfloat16"}, (nd, form, met[nd, form])
+
+
+@pytest.mark.parametrize("name, dtype, form", GRIDS["POOLS"][1])
 def test_max_pool(name, dtype, form):
     nd, shape, kwargs = POOLS[name]
     check_pool(nd, shape, kwargs, rng_for(name, dtype), dtype, **form_options(form))
 
 
-@pytest.mark.parametrize("name, dtype, form", _grid(ADAPTIVE))
+@pytest.mark.parametrize("name, dtype, form", GRIDS["ADAPTIVE"][1])
 def test_adaptive_max_pool(name, dtype, form):
     nd, shape, output_size = ADAPTIVE[name]
     rng = rng_for(name, dtype)
@@ -78,7 +102,7 @@ def test_adaptive_max_pool(name, dtype, form):
 
 
 @pytest.mark.parametrize(
-    "name, dtype, form", [p for p in _grid(FRACTIONAL) if p.values[2] != "pallas"]
+    "name, dtype, form", [p for p in GRIDS["FRACTIONAL"][1] if p.values[2] != "pallas"]
 )
 def test_fractional_max_pool(name, dtype, form):
     """Fractional pools have no Pallas kernel: the CPU's, accelerators' and
