@@ -19,7 +19,15 @@ import numpy as np
 from jax import lax
 
 from ._planes import _flatten, accumulation_dtype, positive_zeros
-from ._windows import AxisWindows, PoolSpec, flat_offsets, row_major_strides, split
+from ._windows import (
+    EMBEDDED,
+    AxisWindows,
+    PoolSpec,
+    flat_offsets,
+    per_window,
+    row_major_strides,
+    split,
+)
 
 
 def covering_sum(
@@ -62,8 +70,9 @@ def covering_sum(
     for slots in itertools.product(*(range(len(t)) for t in tables)):
         g, i = grads, indices
         for a, (w, table, m) in enumerate(zip(axes, tables, slots, strict=True)):
-            g = _spread(g, batch + a, w, table[m], 0)
-            i = _spread(i, batch + a, w, table[m], -1)
+            window = _covering_row(w, table, m)
+            g = _spread(g, batch + a, w, window, 0)
+            i = _spread(i, batch + a, w, window, -1)
         g = g if tangent else positive_zeros(g)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total
@@ -143,8 +152,22 @@ def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
     return table
 
 
+def _covering_row(w: AxisWindows, table: np.ndarray, m: int) -> Any:
+    """Row ``m`` of ``table``, ``w.covering()``: embedded, or for regular
+    windows along an axis longer than ``_windows.EMBEDDED`` the same int32
+    values computed from an iota (windows ``first(p) .. last(p)`` hold
+    position ``p``: those that end after it and start at or before it)."""
+    if w.starts or w.size <= EMBEDDED:
+        return table[m]
+    p = lax.iota(jnp.int32, w.size) - w.offset
+    span = (w.taps - 1) * w.dilation + 1
+    first = jnp.clip((p - span) // w.stride + 1, 0, w.out)
+    last = jnp.clip(p // w.stride + 1, 0, w.out) - 1
+    return jnp.where(first + m <= last, first + m, w.out)
+
+
 def _spread(
-    arr: jax.Array, axis: int, w: AxisWindows, window: np.ndarray, fill: int
+    arr: jax.Array, axis: int, w: AxisWindows, window: Any, fill: int
 ) -> jax.Array:
     """``arr[..., window[p], ...]`` for each input position ``p`` along ``axis``,
     ``fill`` where ``window[p] == w.out`` (no such window).
@@ -163,7 +186,9 @@ def _spread(
     config = [(0, 0, 0)] * arr.ndim
     config[axis] = (low, w.size - (low + w.out * w.stride), 0)
     spread = lax.pad(repeated, fill_value, config)
-    mask_shape = [1] * len(shape)
-    mask_shape[axis] = w.size
-    covered = jnp.asarray((window < w.out).reshape(mask_shape))
+    covered = window < w.out
+    if isinstance(covered, np.ndarray):
+        covered = per_window(covered, axis, spread.shape)
+    else:
+        covered = jnp.expand_dims(covered, [d for d in range(arr.ndim) if d != axis])
     return jnp.where(covered, spread, fill_value)

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import RTOL, assert_same, make_input, np_dtype, rng_for
+from helpers import (
+    RTOL,
+    assert_same,
+    check_pool,
+    form_options,
+    make_input,
+    np_dtype,
+    rng_for,
+)
+from jax import export
 from jax.experimental import checkify
 
 import jaxpool
-from jaxpool import reference
+from jaxpool import _backward, _windows, reference
 
 # Every op that takes user indices, as (name, fn(values, indices, x) -> result,
 # the plane size P of x) on x of shape (2, 3, 4, 4) and indices (2, 3, 2, 2).
@@ -92,6 +103,107 @@ def test_checked_mode_needs_checkify_under_jit():
         jax.jit(fn)(G, jnp.asarray(_hostile_indices()))
     hlo = jax.jit(INDEX_OPS["max_unpool2d"]).lower(G, _hostile_indices()).as_text()
     assert "outside the plane" not in hlo
+
+
+# Windows along an axis longer than _windows.EMBEDDED (padding, dilation,
+# ceil_mode; overlapping, and disjoint with gaps), whose positions, masks and
+# covering windows the forms compute from an iota instead of embedding them.
+LONG_AXIS = {
+    "k4 s2 p1": dict(kernel_size=4, stride=2, padding=1),
+    "k3 s1 p1 d2": dict(kernel_size=3, stride=1, padding=1, dilation=2),
+    "k3 s2 ceil": dict(kernel_size=3, stride=2, ceil_mode=True),
+    "k2 s3 p1": dict(kernel_size=2, stride=3, padding=1),  # disjoint, with gaps
+    "k2 s3 p1 d3 ceil": dict(
+        kernel_size=2, stride=3, padding=1, dilation=3, ceil_mode=True
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["cpu", *(pytest.param(f, marks=pytest.mark.full) for f in ("default", "tpu"))],
+)
+@pytest.mark.parametrize("name", LONG_AXIS)
+def test_long_axis_matches_the_oracle(name, form):
+    """A 1-D pool over 2,501 samples against the oracle, bit for bit: values,
+    indices, the vjp, the backward op and the deterministic backward."""
+    rng = rng_for("long axis", name)
+    check_pool(1, (2, 3, 2501), LONG_AXIS[name], rng, "float32", **form_options(form))
+
+
+def _largest_constant(fn, *shapes) -> int:
+    """The most elements of any constant in ``fn``'s program as each platform
+    lowers it (``jax.export``: every form, no compile)."""
+    largest = 0
+    for platform in ("cpu", "cuda", "tpu"):
+        exported = export.export(
+            jax.jit(fn),
+            platforms=[platform],
+            disabled_checks=[export.DisabledSafetyCheck.platform()],
+        )(*(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+        for dims in re.findall(
+            r"stablehlo.constant dense<[^>]*> : tensor<([\dx]+)x\w+>",
+            exported.mlir_module(),
+        ):
+            largest = max(largest, int(np.prod([int(d) for d in dims.split("x")])))
+    return largest
+
+
+@pytest.mark.parametrize("name", LONG_AXIS)
+def test_a_long_axis_embeds_no_constant_of_its_length(name):
+    """A program's size does not grow with a long axis: the positions, masks
+    and covering windows of regular windows are computed, not embedded, in
+    every platform's forward, gradient, deterministic backward and unpool
+    (before: 393,216 int32 and bool elements in the GPU's gradient of a pool
+    over 65,536 samples; a pool over 2**24 took 7 s to lower and compile)."""
+    kwargs = LONG_AXIS[name]
+    pool = partial(jaxpool.max_pool1d_with_argmax, **kwargs)
+
+    def step(x):
+        values, indices = pool(x)
+        grad = jax.grad(lambda x: jnp.sum(pool(x)[0] ** 2))(x)
+        gather = jaxpool.max_pool1d_with_argmax_backward(
+            values, x, indices, **kwargs, algorithm="gather"
+        )
+        return grad, gather, jaxpool.max_unpool1d(values, indices, 2)
+
+    largest = _largest_constant(step, (2, 4 * _windows.EMBEDDED))
+    assert largest <= _windows.EMBEDDED, largest
+
+
+def test_columns_computed_for_long_axes_are_the_embedded_ones(monkeypatch):
+    """The computed columns equal the ones they replace, with
+    ``_windows.EMBEDDED`` at 0 so that every axis computes them: the windows
+    with no in-bounds tap (from their first non-negative tap), each row of the
+    deterministic backward's covering table (from an iota), and per-window
+    columns of each kind (a progression, a run of True; others embedded)."""
+    monkeypatch.setattr(_windows, "EMBEDDED", 0)
+    monkeypatch.setattr(_backward, "EMBEDDED", 0)
+    for size, taps, stride, offset, dilation in itertools.product(
+        (5, 12), (1, 2, 3), (1, 2, 3), (-4, -1, 0, 2), (1, 3)
+    ):
+        for out in (1, 4):
+            w = _windows.AxisWindows(size, out, taps, stride, offset, dilation)
+            at = np.stack([w.positions(j) for j in range(taps)])
+            assert np.array_equal(w.empty(), ~((at >= 0) & (at < size)).any(0)), w
+            table = w.covering()
+            for m, row in enumerate(table):
+                computed = np.asarray(_backward._covering_row(w, table, m))
+                assert np.array_equal(computed, row), (w, m)
+    columns = [
+        np.arange(7) * 3 - 5,
+        np.arange(7, dtype=np.int32)[::-1],
+        np.array([5, 5, 5]),
+        np.array([False, True, True, False]),
+        np.array([True, False, True]),  # two runs: embedded
+        np.zeros(3, bool),
+        np.array([0, 1, 3]),  # no progression: embedded
+    ]
+    for column in columns:
+        got = _windows.per_window(column, 1, (2, column.size, 3))
+        want = jnp.asarray(column.reshape(1, -1, 1))
+        assert got.shape == want.shape and got.dtype == want.dtype, column
+        assert np.array_equal(got, want), column
 
 
 @pytest.mark.full  # a plane of 2**24 elements: a minute

@@ -51,7 +51,28 @@ def _grid(table, pallas):
     return params
 
 
-@pytest.mark.parametrize("case, dtype, form", _grid(TORCH_POOLS, pallas=(0, 2, 5, 6)))
+GRIDS = {
+    "TORCH_POOLS": (TORCH_POOLS, _grid(TORCH_POOLS, pallas=(0, 2, 5, 6))),
+    "TORCH_ADAPTIVE": (TORCH_ADAPTIVE, _grid(TORCH_ADAPTIVE, pallas=(0, 2, 5))),
+}
+
+
+@pytest.mark.parametrize("table", GRIDS)
+def test_grids_meet_every_dtype_at_each_rank(table):
+    """Rows take their wide dtypes in turn (``helpers.row_dtypes``): for each
+    number of spatial axes the grid still compares every dtype with torch (a
+    table reordered so that a rank's rows fall on one turn would lose one)."""
+    rows, params = GRIDS[table]
+    met = {}
+    for param in params:
+        case, dtype, form = param.values
+        if form == "cpu":
+            met.setdefault(rows[case][0], set()).add(dtype)
+    for nd, dtypes in met.items():
+        assert dtypes == set(DTYPES), (nd, dtypes)
+
+
+@pytest.mark.parametrize("case, dtype, form", GRIDS["TORCH_POOLS"][1])
 def test_max_pool_matches_torch(torch, case, dtype, form):
     nd, shape, kwargs = TORCH_POOLS[case]
     pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
@@ -71,7 +92,7 @@ def test_max_pool_matches_torch(torch, case, dtype, form):
     )
 
 
-@pytest.mark.parametrize("case, dtype, form", _grid(TORCH_ADAPTIVE, pallas=(0, 2, 5)))
+@pytest.mark.parametrize("case, dtype, form", GRIDS["TORCH_ADAPTIVE"][1])
 def test_adaptive_max_pool_matches_torch(torch, case, dtype, form):
     nd, shape, output_size = TORCH_ADAPTIVE[case]
     pool = getattr(jaxpool, f"adaptive_max_pool{nd}d")
