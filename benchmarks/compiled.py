@@ -107,8 +107,8 @@ def compile_for(fn: Callable[..., Any], args: list[Any], target: str) -> dict:
         lowered = jax.jit(fn).trace(*args).lower()
         compiled = lowered.compile(compiler_options=options)
     except Exception as e:
-        message = str(e).strip().splitlines()
-        return {"compiled": False, "error": f"{type(e).__name__}: {message[0]}"}
+        message = [*str(e).strip().splitlines(), ""][0]  # a bare assert has none
+        return {"compiled": False, "error": f"{type(e).__name__}: {message}"}
     try:
         hlo = compiled.as_text()
         facts: dict[str, Any] = {"compiled": True, "error": None}

@@ -23,14 +23,15 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   read from the output grid shifted by the tap (a slice of the grid padded
   once: XLA fuses the whole phase into one loop), and the phases are
   interleaved once (a transpose): the ``"gather"`` backward's sum, in its
-  order, with no gather. With more than one phase it reads each window's
-  chosen tap number (int8 for up to 127 taps, :func:`tap_codes`) instead of
-  its int32 index. Where the TPU's tiles pad the spatial axes more than the
-  ``(n, c)`` planes (channels-last: where XLA lays a spatial axis in the
-  lanes), it runs with the planes moved to the minor axis
-  (:func:`planes_minor`): on their own axes where the channels fill the
-  TPU's lanes, else as one axis, split into tiles' rows of 128 where they
-  fill whole tiles and there are phases to interleave (:func:`plane_axes`).
+  order, with no gather. With more than one phase, and for channels-last
+  2-D pools, it reads each window's chosen tap number (int8 for up to 127
+  taps, :func:`tap_codes`) instead of its int32 index (:func:`coded`).
+  Where the TPU's tiles pad the spatial axes more than the ``(n, c)`` planes
+  (channels-last: where XLA lays a spatial axis in the lanes), it runs with
+  the planes moved to the minor axis (:func:`planes_minor`): on their own
+  axes where the channels fill the TPU's lanes, else as one axis, split into
+  tiles' rows of 128 where they fill whole tiles and it reads tap numbers
+  (:func:`plane_axes`).
   Mostly, every phase is computed in one loop, phase major, and interleaved
   by the transpose back (:func:`phase_major`, :func:`_phase_major_sum`).
   Dilated and adaptive windows take ``_backward``'s gather.
@@ -491,9 +492,10 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     often already holds them (4x256x40³ is ``{1,4,3,2,0}``, 32x256x28² is
     ``{1,0,3,2}``), so that moving them is a bitcast or moves whole tiles;
     else one axis of ``N * C`` planes, ``(*S, N * C / 128, 128)`` where they
-    fill whole 8 x 128 tiles and there are stride phases to interleave (every
-    spatial axis is then major, and interleaving the phases moves whole tiles
-    instead of shuffling sublanes), ``(*S, N * C)`` otherwise (v5e cost model,
+    fill whole 8 x 128 tiles and the sum reads tap numbers (:func:`coded`:
+    with stride phases to interleave, every spatial axis is then major, and
+    interleaving the phases moves whole tiles instead of shuffling sublanes),
+    ``(*S, N * C)`` otherwise (v5e cost model,
     train steps: 4x256x40³ k3 s1 p1 3,277 MB as one axis, 1,704 on their
     own, against the builtin's 2,359; 32x256x28² k3 s1 p1 420 to 244;
     32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
@@ -502,7 +504,7 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     planes = _planes(spec, shape)
     if planes[-1] % 128 == 0:
         return planes
-    if coded(spec) and math.prod(planes) % _TILE == 0:  # stride phases
+    if coded(spec) and math.prod(planes) % _TILE == 0:
         return (math.prod(planes) // 128, 128)
     return (math.prod(planes),)
 
@@ -510,11 +512,20 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
 def coded(spec: PoolSpec) -> bool:
     """Whether :func:`covering_sum` reads tap numbers (:func:`tap_codes`)
     instead of the indices: where some stride exceeds 1, so that each of
-    several phases reads them again. With stride 1, one loop reads the one
-    padded index array for every tap, and the codes' arithmetic costs more
-    than its int8 reads save (v5e cost model, 2x32x96³ k3 s1 p1: a train step
-    of 2,491 MB against 1,963)."""
-    return any(w.stride > 1 for w in spec.axes)
+    several phases reads them again; and for channels-last 2-D pools (Flax's
+    layout), where the int8 numbers cross the planes' transpose and tiles in
+    place of the int32 indices. Elsewhere with stride 1, one loop reads the
+    one padded index array for every tap, and the codes' arithmetic costs
+    more than its int8 reads save. v5e cost model, stride-1 train steps (MB,
+    by index, by tap number; the builtin's): channels-last 2-D, Flax's
+    GoogLeNet pool 32x28²x256 k3 s1 p1 244, 206 (77); 32x56²x64 k3 s1 p1
+    488, 411 (668), bfloat16 334, 257 (334); 16x14²x512 61, 51 (19);
+    32x28²x256 k2 s1 231, 196 (75); 32x112²x64 1,468, 1,233 (2,055);
+    8x224²x32 k5 s1 p2 734, 734 (1,644). Others: 3-D 2x32x96³ 1,963, 2,491
+    (6,342); 4x256x40³ 1,704, 2,425; channels-last 2x32³x128 319, 377;
+    8x32x64³ bfloat16 2,684, 9,127; channels-first 2-D 32x64x112² 763, 1,057;
+    1-D 32x128x4096 403, 503, though 256x64x1000 796, 664 (2026-12-04)."""
+    return any(w.stride > 1 for w in spec.axes) or (spec.nd == 2 and spec.trail > 0)
 
 
 def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
@@ -541,10 +552,11 @@ def phase_major(
 ) -> bool:
     """Whether :func:`covering_sum` computes the stride phases in one loop,
     phase major (:func:`_phase_major_sum`), for planes of sizes ``planes``:
-    wherever there are phases (:func:`coded`), except where the planes move
-    behind the spatial axes as one axis (the last spatial axis is then the
-    rows of the TPU's tiles, and the transpose back would interleave along
-    them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major), and for 16-bit
+    wherever it reads tap numbers (:func:`coded`; with stride 1, one phase),
+    except where the planes move behind the spatial axes as one axis (the
+    last spatial axis is then the rows of the TPU's tiles, and the transpose
+    back would interleave along them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166
+    phase major), and for 16-bit
     gradients of 2-D pools whose channels do not fill whole lanes: there XLA
     prefetches the input into VMEM for the forward, in slices, and relays
     the shifted gradients out, which the phases' own loops spare it (v5e

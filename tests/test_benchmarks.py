@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,16 +44,18 @@ def test_benchmark_takes_a_case_from_the_command_line(tmp_path):
     assert {r["shape"] for r in rows} == {"1x3x6x5x7 k3 s2 p1"}
 
 
-def test_profile_smoke(tmp_path):
-    """The per-op profile finds XLA ops with time in every program."""
-    rows = run_script(tmp_path, "profile_ops.py", "--quick", "--calls", "2")
-    assert {r["figure"] for r in rows} == {"forward", "backward scatter", "train step"}
-    assert len(rows) == 6  # one 3-D pool and one adaptive head, three programs
-    for row in rows:
-        assert row["wall_ms"] > 0 and row["ops"], row
-        assert all(us >= 0 for _, us in row["ops"])
-    backward = next(r for r in rows if r["figure"] == "backward scatter")
-    assert any("scatter" in op for op, _ in backward["ops"])
+def _profile_rows(text: str, implementation: str) -> list:
+    """``(figure, wall ms, [(op, us), ...])`` of each row that
+    ``profile_ops.py`` printed for ``implementation``."""
+    rows = []
+    for line in text.split(f"implementation={implementation}\n", 1)[1].splitlines():
+        if line.startswith("date="):  # the next run's
+            break
+        row = re.match(r".{28} (\S.*?)\s+wall\s+([\d.]+) ms \| us: (.*)$", line)
+        if row:
+            ops = [op.rsplit(" ", 1) for op in row[3].split(", ")]
+            rows.append((row[1], float(row[2]), [(op, float(us)) for op, us in ops]))
+    return rows
 
 
 def test_gpu_check_runs_dry(tmp_path):
@@ -95,7 +98,23 @@ def test_gpu_check_runs_dry(tmp_path):
         assert all(r["median_ms"] > 0 for r in rows if "median_ms" in r)
         assert "forward temp memory" in {r["figure"] for r in rows}
     assert "jaxpool pallas gather" in (out / "reproducibility.txt").read_text()
-    assert "torch forward" in (out / "profile.txt").read_text()
+    profile = (out / "profile.txt").read_text()
+    assert "torch forward" in profile
+    # The per-op profile of XLA's programs finds XLA ops with time in each:
+    # one 3-D pool and one adaptive head, three programs each.
+    rows = _profile_rows(profile, "xla")
+    assert [figure for figure, _, _ in rows] == [
+        "forward",
+        "backward scatter",
+        "train step",
+    ] * 2, rows
+    for _, wall_ms, ops in rows:
+        assert wall_ms > 0 and ops and all(us >= 0 for _, us in ops), rows
+    assert all(
+        any("scatter" in op for op, _ in ops)
+        for f, _, ops in rows
+        if f == "backward scatter"
+    )
     require("jax_cuda12_plugin")  # the compile-only H200 of the dry run
     facts = json.loads((out / "compiled.json").read_text())["rows"]
     pallas = [r for r in facts if r["program"].endswith("pallas")]

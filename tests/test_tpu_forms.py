@@ -180,6 +180,8 @@ def test_backward_order_is_the_gathers(name):
 # layout and where the planes take two axes behind the spatial ones (tiles'
 # rows or their own), but not where they take one, nor for 16-bit gradients
 # of 2-D pools whose channels do not fill whole lanes (_tpu.phase_major).
+# Channels-last 2-D pools read tap numbers with stride 1 too (_tpu.coded): one
+# phase, in the same loops.
 # Cases: (shape, args, channels_last, dtype, the planes' axes or None where
 # they stay, phase-major).
 PHASE_MAJOR_CASES = {
@@ -254,6 +256,30 @@ PHASE_MAJOR_CASES = {
         "bfloat16",
         None,
         True,
+    ),
+    "own layout, channels-last 2-D, k3 s1 p1 (one phase)": (
+        (2, 9, 10, 128),
+        (3, 1, 1),
+        True,
+        "float32",
+        None,
+        True,
+    ),
+    "channels-last 2-D in tiles, k3 s1 p1 (one phase)": (
+        (16, 9, 112, 64),
+        (3, 1, 1),
+        True,
+        "float32",
+        (8, 128),
+        True,
+    ),
+    "channels-last 2-D in tiles, k3 s1 p1, bfloat16 (one phase, its loop)": (
+        (16, 9, 112, 64),
+        (3, 1, 1),
+        True,
+        "bfloat16",
+        (8, 128),
+        False,
     ),
     "own layout, channels-last 3-D, k2 s3 p1": (
         (2, 7, 8, 9, 64),
