@@ -426,9 +426,10 @@ TPU_STEPS = {
 
 def test_lane_axis_is_xlas_default():
     """``_tpu._lane_axis`` predicts the axis XLA's TPU default layout keeps in
-    the lanes, which decides whether a channels-last backward moves its
-    planes (``_tpu.planes_minor``): the one that pads them least, the last
-    of equals (a v5e's entry layouts, channels-first and channels-last;
+    the lanes, which decides whether the dense backward moves its planes
+    (``_tpu.planes_minor``: not where a channels-last array's channels or
+    any array's batch take the lanes): the one that pads them least, the
+    last of equals (a v5e's entry layouts, channels-first and channels-last;
     31 shapes agreed when it was written)."""
     _target("v5e")
     shapes = [
@@ -440,6 +441,9 @@ def test_lane_axis_is_xlas_default():
         (32, 256, 28, 28),  # C, channels-first
         (32, 64, 112, 112),
         (2, 9, 10, 11, 6),
+        (256, 1000, 64),  # N: a batch of 256 fills the lanes
+        (256, 64, 1000),  # N, channels-first
+        (128, 14, 14, 64),  # N
     ]
     for shape in shapes:
         program = jax.jit(lambda x: x + 1).lower(compiled.on("v5e", shape))

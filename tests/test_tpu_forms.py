@@ -65,8 +65,9 @@ def test_code_widths_are_the_ones_named():
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
-# moved behind the spatial axes where that pads a TPU's tiles less (and,
-# channels-last, where XLA lays a spatial axis in the lanes: _tpu.planes_minor),
+# moved behind the spatial axes where that pads a TPU's tiles less (not where
+# XLA lays the batch in the lanes, and channels-last only where it lays a
+# spatial axis there: _tpu.planes_minor),
 # on the axes of _tpu.plane_axes: their own where the channels fill the lanes,
 # else one, or tiles' rows; it matches the windows'
 # indices (stride 1) or, with several stride phases, their tap numbers
@@ -129,6 +130,13 @@ ORDER_CASES = {
         False,
         (2, 256),
         False,
+    ),
+    "planes in place where the batch fills the lanes, k3 s2 p1": (
+        (128, 2, 5, 6, 7),
+        (3, 2, 1),
+        False,
+        None,
+        True,
     ),
     "planes minor, k2 s3 p1 (a phase no tap reads), tap numbers": (
         (2, 80, 11, 7, 9),
