@@ -42,7 +42,7 @@ from jaxpool import _platform, _tpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import compiled
-import tpu_codes
+import tpu_rules
 
 # The full tier (tests/conftest.py): compiling for an H200 and a v5e takes minutes.
 pytestmark = pytest.mark.full
@@ -453,18 +453,21 @@ def test_lane_axis_is_xlas_default():
         assert int(layout.group(1)) == _tpu._lane_axis(shape), shape
 
 
-def test_tpu_codes_compiles_both_ways_and_reports_the_rule():
-    """``benchmarks/tpu_codes.py``, the measure behind ``_tpu.coded``'s rule
-    at stride 1: its two programs are the two forms (by index, by tap
-    number: different bytes), the rule's own is named and its program is the
-    one ``"auto"`` compiles, and the rule is left as it was."""
+@pytest.mark.parametrize("name", tpu_rules.RULES)
+def test_tpu_rules_compile_both_ways_and_report_the_rule(name):
+    """``benchmarks/tpu_rules.py``, the measure behind two rules of the TPU's
+    dense backward (``_tpu.coded`` at stride 1, ``_tpu.planes_minor`` where
+    the batch takes the lanes): its two programs are the two forms
+    (different bytes), the rule's own is named and its program is the one
+    ``"auto"`` compiles, and the rule is left as it was."""
     _target("v5e")
-    rule = _tpu.coded
-    label, shape, window, options = tpu_codes.QUICK[0]
-    row = tpu_codes.measure(label, shape, window, options)
-    assert _tpu.coded is rule
-    assert row["taken"] == "by tap number"  # channels-last 2-D
-    assert row["by index"] != row["by tap number"], row
+    rule = tpu_rules.RULES[name]
+    own = getattr(_tpu, rule.function)
+    label, shape, window, options = rule.quick[0]
+    row = tpu_rules.measure(rule, label, shape, window, options)
+    assert getattr(_tpu, rule.function) is own
+    assert row["taken"] == rule.forms[1][0]  # tap numbers; the planes in place
+    assert row[rule.forms[0][0]] != row[rule.forms[1][0]], row
     programs = compiled.pool_programs(label, shape, *window, pallas=False, **options)
     (auto,) = _on_v5e(programs, label, "step auto")
     assert auto["bytes_accessed"] / 1e6 == row[row["taken"]], (auto, row)
