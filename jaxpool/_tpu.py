@@ -532,7 +532,8 @@ def coded(spec: PoolSpec) -> bool:
     8x224²x32 k5 s1 p2 734, 734 (1,644). Others: 3-D 2x32x96³ 1,963, 2,491
     (6,342); 4x256x40³ 1,704, 2,425; channels-last 2x32³x128 319, 377;
     8x32x64³ bfloat16 2,684, 9,127; channels-first 2-D 32x64x112² 763, 1,057;
-    1-D 32x128x4096 403, 503, though 256x64x1000 796, 664 (2026-12-04)."""
+    1-D 32x128x4096 403, 503, 256x64x1000 393, 492, though 8x512x256 k5 s1
+    p2 40, 34 (2026-12-04; ``benchmarks/tpu_rules.py --rule codes``)."""
     return any(w.stride > 1 for w in spec.axes) or (spec.nd == 2 and spec.trail > 0)
 
 
@@ -564,12 +565,12 @@ def phase_major(
     except where the planes move behind the spatial axes as one axis (the
     last spatial axis is then the rows of the TPU's tiles, and the transpose
     back would interleave along them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166
-    phase major), and for 16-bit
-    gradients of 2-D pools whose channels do not fill whole lanes: there XLA
-    prefetches the input into VMEM for the forward, in slices, and relays
-    the shifted gradients out, which the phases' own loops spare it (v5e
-    cost model, bfloat16 train steps: 32x64x112² k3 s2 p1 752 MB, 794 phase
-    major; channels-last 32x56²x64 283, 357)."""
+    phase major), and for 16-bit gradients of 2-D pools whose channels do
+    not fill whole lanes: there XLA prefetches the input into VMEM for the
+    forward, in slices, and relays the shifted gradients out, which the
+    phases' own loops spare it (v5e cost model, bfloat16 train steps:
+    32x64x112² k3 s2 p1 752 MB, 794 phase major; channels-last 32x56²x64
+    283, 357)."""
     if not coded(spec) or in_one_axis:
         return False
     narrow = spec.nd == 2 and planes[-1] % 128 != 0
