@@ -14,8 +14,9 @@ temporaries, and on TPU XLA's cost model. Needs the ``aot`` extra; run with
         --markdown benchmarks/results/compiled.md
 
 ``--networks`` compiles the pools of common networks (VGG-16, GoogLeNet,
-SegNet) instead of the benchmark shapes; ``--programs REGEX`` picks programs
-by name, ``--targets v5e`` one target.
+SegNet) instead of the benchmark shapes; ``--context`` benchmark rows' pools
+between two convolutions, as a network's train step holds them (TPU only);
+``--programs REGEX`` picks programs by name, ``--targets v5e`` one target.
 
 Per program and target: compiled, or the error (a program too big for the
 chip fails with RESOURCE_EXHAUSTED); the kernels launched (GPU: the thunk
@@ -499,6 +500,97 @@ def network_programs() -> list[Program]:
     ]
 
 
+def context_programs(quick: bool = False) -> list[Program]:
+    """Benchmark rows' pools between two convolutions, as a network trains
+    them: ``jax.grad`` of ``sum(conv(pool(relu(conv(x, w1))), w2) ** 2)``
+    with respect to ``(w1, w2)`` and ``x``, the pool jaxpool's (``"auto"``)
+    or ``lax.reduce_window``'s, on the TPU (its cost model) alone. XLA then
+    lays the pool's arrays out for the convolutions, with the channels in the
+    lanes, where a pool's own program gets XLA's default entry layouts (the
+    ResNet stem's input with W in the lanes). The two programs differ only
+    in the pool, so their bytes differ by its cost in place. ``quick``: one
+    tiny case (for the tests)."""
+    f32, bf16 = jnp.float32, jnp.bfloat16
+    # label, conv input, first conv's kernel and stride, the pool's channels,
+    # channels-last, dtype; every pool k3 s2 p1.
+    cases = [
+        ("ResNet stem 32x224²x3 → 32x112²x64", (32, 224, 224, 3), 7, 2, 64, True, f32),
+        ("ResNet stem 32x224²x3 → 32x112²x64", (32, 224, 224, 3), 7, 2, 64, True, bf16),
+        ("32x3x224² → 32x64x112²", (32, 3, 224, 224), 7, 2, 64, False, f32),
+        ("8x16x64³ → 8x32x64³", (8, 16, 64, 64, 64), 3, 1, 32, False, f32),
+        ("8x16x64³ → 8x32x64³", (8, 16, 64, 64, 64), 3, 1, 32, False, bf16),
+        ("2x64³x32 → 2x64³x128", (2, 64, 64, 64, 32), 3, 1, 128, True, f32),
+    ]
+    if quick:
+        cases = [("2x8²x3 → 2x8²x16", (2, 8, 8, 3), 3, 1, 16, True, f32)]
+    programs = []
+    for label, shape, kernel, stride, channels, last, dtype in cases:
+        nd = len(shape) - 2
+        label += (" channels-last" if last else "") + (" bf16" if dtype == bf16 else "")
+        ref = f"{label} k3 s2 p1 in a network: reduce_window step"
+        for pool, name, reference in (
+            (_builtin_pool(nd, last), ref, None),
+            (_jaxpool_pool(nd, last), f"{label} k3 s2 p1 in a network: step auto", ref),
+        ):
+            build = functools.partial(
+                _network_step, pool, shape, kernel, stride, channels, last, dtype
+            )
+            programs.append(Program(name, build, reference, ("v5e",)))
+    return programs
+
+
+def _builtin_pool(nd: int, last: bool) -> Callable[[jax.Array], jax.Array]:
+    window, steps, pads = (3,) * nd, (2,) * nd, ((1, 1),) * nd
+    if last:
+        dims, steps, padded = (1, *window, 1), (1, *steps, 1), ((0, 0), *pads, (0, 0))
+    else:
+        dims, steps, padded = (1, 1, *window), (1, 1, *steps), ((0, 0), (0, 0), *pads)
+    return lambda h: lax.reduce_window(h, -jnp.inf, lax.max, dims, steps, padded)
+
+
+def _jaxpool_pool(nd: int, last: bool) -> Callable[[jax.Array], jax.Array]:
+    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    return lambda h: pool(h, 3, 2, 1, channels_last=last)[0]
+
+
+def _network_step(
+    pool: Callable[[jax.Array], jax.Array],
+    shape: tuple[int, ...],
+    kernel: int,
+    stride: int,
+    channels: int,
+    last: bool,
+    dtype: Any,
+    target: str,
+) -> Any:
+    """``(fn, args)`` of :func:`context_programs`' train step."""
+    nd = len(shape) - 2
+    spatial = "DHW"[3 - nd :]
+    if last:
+        numbers = (f"N{spatial}C", f"{spatial}IO", f"N{spatial}C")
+        first = (*(kernel,) * nd, shape[-1], channels)
+        second = (*(3,) * nd, channels, channels)
+    else:
+        numbers = (f"NC{spatial}", f"OI{spatial}", f"NC{spatial}")
+        first = (channels, shape[1], *(kernel,) * nd)
+        second = (channels, channels, *(3,) * nd)
+
+    def loss(weights: tuple[jax.Array, jax.Array], x: jax.Array) -> jax.Array:
+        w1, w2 = weights
+        same = ((kernel // 2, kernel // 2),) * nd
+        h = lax.conv_general_dilated(
+            x, w1, (stride,) * nd, same, dimension_numbers=numbers
+        )
+        h = pool(jax.nn.relu(h))
+        h = lax.conv_general_dilated(
+            h, w2, (1,) * nd, ((1, 1),) * nd, dimension_numbers=numbers
+        )
+        return jnp.sum(h.astype(jnp.float32) ** 2)
+
+    weights = (on(target, first, dtype), on(target, second, dtype))
+    return jax.grad(loss, argnums=(0, 1)), [weights, on(target, shape, dtype)]
+
+
 # ------------------------------------------------------------------- report
 
 
@@ -625,11 +717,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the pools of common networks instead of the benchmark shapes",
     )
+    parser.add_argument(
+        "--context",
+        action="store_true",
+        help="benchmark rows' pools between two convolutions (TPU only)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     targets = tuple(t for t in args.targets.split(",") if t)
-    every = network_programs() if args.networks else benchmark_programs(args.quick)
+    if args.context:
+        every = context_programs(args.quick)
+    elif args.networks:
+        every = network_programs()
+    else:
+        every = benchmark_programs(args.quick)
     programs = [p for p in every if re.search(args.programs, p.name)]
     rows = run(programs, targets)
     header = {

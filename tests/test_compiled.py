@@ -537,6 +537,29 @@ def test_tpu_network_pool_step_that_reads_the_values_is_at_parity(label):
     assert not any(step["ops"].values()), step["ops"]
 
 
+def test_context_programs_hold_the_pool_between_convolutions():
+    """``benchmarks/compiled.py --context`` (quick: one tiny case): the two
+    programs are the same network's train step, the weights' and the
+    input's gradients through two convolutions, and differ in the pool:
+    the builtin's select-and-scatter, or jaxpool's dense gather (its
+    variadic window reduction, no select-and-scatter, scatter or gather)."""
+    _target("v5e")
+    programs = compiled.context_programs(quick=True)
+    assert [p.reference for p in programs] == [None, programs[0].name]
+    ref, step = (compiled.compile_for(*p.build("v5e"), "v5e") for p in programs)
+    for facts in (ref, step):
+        assert facts["compiled"], facts["error"]
+        # Each convolution's forward and its two gradients.
+        assert compiled.count_ops(facts["hlo"], "convolution") >= 4
+    assert compiled.count_ops(ref["hlo"], "select-and-scatter") == 1
+    assert compiled.count_ops(step["hlo"], "select-and-scatter") == 0
+    assert not any(step["ops"].values()), step["ops"]
+    windows = re.findall(
+        r"= \(\w+\[[\d,]*\][^ ]*, s8\[[^=]*reduce-window\(", step["hlo"]
+    )
+    assert len(windows) == 1, windows
+
+
 # ------------------------------------------------------- the GPU's "auto"
 
 GPU_CASE = "max_pool3d grad auto xla"
