@@ -556,25 +556,26 @@ def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     return jnp.where(valid, number, -1).astype(dtype)
 
 
-def phase_major(
-    spec: PoolSpec, planes: tuple[int, ...], dtype: Any, in_one_axis: bool
-) -> bool:
+def phase_major(spec: PoolSpec, in_one_axis: bool) -> bool:
     """Whether :func:`covering_sum` computes the stride phases in one loop,
-    phase major (:func:`_phase_major_sum`), for planes of sizes ``planes``:
-    wherever it reads tap numbers (:func:`coded`; with stride 1, one phase),
-    except where the planes move behind the spatial axes as one axis (the
-    last spatial axis is then the rows of the TPU's tiles, and the transpose
-    back would interleave along them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166
-    phase major), and for 16-bit gradients of 2-D pools whose channels do
-    not fill whole lanes: there XLA prefetches the input into VMEM for the
-    forward, in slices, and relays the shifted gradients out, which the
-    phases' own loops spare it (v5e cost model, bfloat16 train steps:
-    32x64x112² k3 s2 p1 752 MB, 794 phase major; channels-last 32x56²x64
-    283, 357)."""
-    if not coded(spec) or in_one_axis:
-        return False
-    narrow = spec.nd == 2 and planes[-1] % 128 != 0
-    return not (narrow and jnp.dtype(dtype).itemsize < 4)
+    phase major (:func:`_phase_major_sum`): wherever it reads tap numbers
+    (:func:`coded`; with stride 1, one phase), except where the planes move
+    behind the spatial axes as one axis (the last spatial axis is then the
+    rows of the TPU's tiles, and the transpose back would interleave along
+    them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major).
+
+    16-bit 2-D pools whose channels do not fill whole lanes are summed phase
+    major as well, though the pool alone costs more so. Alone, the pool's
+    input is an entry parameter, which XLA's memory-space assignment
+    prefetches into VMEM for the forward in four slices, and the cost model
+    counts the prefetch: bfloat16 train steps 32x112²x64 k3 s2 p1
+    channels-last 895 MB to 937, 32x64x112² 752 to 794, channels-last
+    32x56²x64 283 to 357. Between two convolutions, as a network holds it
+    (``benchmarks/compiled.py --context``), there is no such prefetch, and the
+    whole step costs less: the ResNet stem's 2,549 MB to 1,915 (the builtin's
+    1,411), a 32x56²x64 stage's 612 to 570 (490). v5e cost model,
+    2026-12-04."""
+    return coded(spec) and not in_one_axis
 
 
 def covering_sum(
@@ -597,7 +598,7 @@ def covering_sum(
     keys = tap_codes(indices, spec, lead) if by_number else indices
     planes = _planes(spec, grad_output.shape)
     if sharding is not None or not planes_minor(spec, grad_output.shape):
-        if sharding is None and phase_major(spec, planes, x.dtype, in_one_axis=False):
+        if sharding is None and phase_major(spec, in_one_axis=False):
             return _phase_major_sum(grad_output, keys, acc, spec, lead)
         return _phase_sum(grad_output, keys, acc, spec, lead, sharding)
 
@@ -632,15 +633,11 @@ def covering_sum(
         grads = lax.optimization_barrier(grads)
     # Widened where each tap reads them, they are never written in float32
     # (bfloat16 train steps: 8x32x64³ k3 s2 p1 2,391 MB to 2,106, 4x256x40³
-    # k3 s1 p1 1,835 to 1,311), except in 2-D tiles' rows: there XLA then
-    # prefetches the input into VMEM in four slices (32x64x112² k3 s2 p1 752
-    # to 864, and 15% more of the cost model's seconds).
-    in_tiles = len(tiles) == 2 and tiles != planes
-    widen_first = in_tiles and spec.nd == 2
-    if phase_major(spec, planes, x.dtype, in_one_axis=len(tiles) == 1):
+    # k3 s1 p1 1,835 to 1,311).
+    if phase_major(spec, in_one_axis=len(tiles) == 1):
         total = _phase_major_sum(grads, keys, acc, spec, 0)
     else:
-        total = _phase_sum(grads, keys, acc, spec, 0, None, widen_first)
+        total = _phase_sum(grads, keys, acc, spec, 0, None)
     total = jnp.moveaxis(total, ends, starts)
     return total.reshape(*planes, *spec.in_size).transpose(
         tuple(order.index(a) for a in range(len(order)))
@@ -650,7 +647,7 @@ def covering_sum(
 class _Grid(NamedTuple):
     """The output grid's gradients and keys (indices or tap numbers) padded
     once by the largest shift of a tap each way (keys with -1: no index;
-    16-bit gradients as they are unless widened to ``acc`` first), seen from
+    16-bit gradients as they are), seen from
     the input's stride phases: ``shape`` is the grid with ``rows`` of each
     phase on each spatial axis (from ``lead``)."""
 
@@ -662,7 +659,7 @@ class _Grid(NamedTuple):
     shape: tuple[int, ...]
 
     @classmethod
-    def of(cls, grad_output, keys, spec: PoolSpec, lead: int, widen: Any) -> _Grid:
+    def of(cls, grad_output, keys, spec: PoolSpec, lead: int) -> _Grid:
         plans = [_taps(w) for w in spec.axes]
         low = [max(0, *(t.shift for t in taps)) for taps, _ in plans]
         high = [
@@ -674,8 +671,7 @@ class _Grid(NamedTuple):
         for a, (_, rows) in enumerate(plans):
             config[lead + a] = (low[a], high[a], 0)
             shape[lead + a] = rows
-        grads = grad_output if widen is None else grad_output.astype(widen)
-        grads = lax.pad(grads, jnp.zeros((), grads.dtype), config)
+        grads = lax.pad(grad_output, jnp.zeros((), grad_output.dtype), config)
         keys = lax.pad(keys, jnp.array(-1, keys.dtype), config)
         return cls(plans, low, lead, grads, keys, tuple(shape))
 
@@ -704,12 +700,10 @@ def _phase_sum(
     spec: PoolSpec,
     lead: int,
     sharding: Any,
-    widen_first: bool = False,
 ) -> jax.Array:
     """:func:`covering_sum` over arrays whose spatial axes start at ``lead``,
     given the windows' indices or, where :func:`coded`, their tap numbers.
-    16-bit gradients are widened to ``acc`` where each tap reads them, or
-    once, before they are padded, with ``widen_first``.
+    16-bit gradients are widened to ``acc`` where each tap reads them.
 
     Tap ``j`` of window ``o`` along an axis reads coordinate ``o * stride +
     offset + j = (o + shift) * stride + phase``. So each stride phase's
@@ -721,7 +715,7 @@ def _phase_sum(
     increasing order, as the covering windows do; the phases are then
     interleaved once."""
     axes = spec.axes
-    grid = _Grid.of(grad_output, keys, spec, lead, acc if widen_first else None)
+    grid = _Grid.of(grad_output, keys, spec, lead)
     plans, keys, shape = grid.plans, grid.keys, grid.shape
     zero = jnp.zeros((), acc)
     by_number = coded(spec)
@@ -783,7 +777,7 @@ def _phase_major_sum(
     1,485 (1,711), VGG-16's pool3 32x56²x256 k2 s2 1,137 to 635 (642)."""
     axes = spec.axes
     nd = len(axes)
-    grid = _Grid.of(grad_output, keys, spec, lead, None)
+    grid = _Grid.of(grad_output, keys, spec, lead)
     strides = tuple(w.stride for w in axes)
     domain = (*strides, *grid.shape)
     dims = tuple(range(nd, len(domain)))

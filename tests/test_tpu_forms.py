@@ -186,8 +186,8 @@ def test_backward_order_is_the_gathers(name):
 # With stride phases, the phases are summed phase-major in one loop
 # (_tpu._phase_major_sum; a tap of another phase adds +0.0), in the arrays' own
 # layout and where the planes take two axes behind the spatial ones (tiles'
-# rows or their own), but not where they take one, nor for 16-bit gradients
-# of 2-D pools whose channels do not fill whole lanes (_tpu.phase_major).
+# rows or their own), 16-bit gradients too, but not where they take one
+# (_tpu.phase_major).
 # Channels-last 2-D pools read tap numbers with stride 1 too (_tpu.coded): one
 # phase, in the same loops.
 # Cases: (shape, args, channels_last, dtype, the planes' axes or None where
@@ -209,13 +209,13 @@ PHASE_MAJOR_CASES = {
         (8, 128),
         True,
     ),
-    "2-D in tiles, k2 s2, bfloat16 (phases)": (
+    "2-D in tiles, k2 s2, bfloat16": (
         (16, 64, 9, 10),
         (2, 2, 0),
         False,
         "bfloat16",
         (8, 128),
-        False,
+        True,
     ),
     "channels-last 2-D in tiles, k3 s2 p1": (
         (16, 9, 120, 64),
@@ -249,13 +249,13 @@ PHASE_MAJOR_CASES = {
         None,
         True,
     ),
-    "own layout, channels-last 2-D, k3 s2 p1, bfloat16 (phases)": (
+    "own layout, channels-last 2-D, k3 s2 p1, bfloat16": (
         (4, 9, 10, 64),
         (3, 2, 1),
         True,
         "bfloat16",
         None,
-        False,
+        True,
     ),
     "own layout, channels-last 2-D, k3 s2 p1, bfloat16, 128 channels": (
         (2, 9, 10, 128),
@@ -281,12 +281,20 @@ PHASE_MAJOR_CASES = {
         (8, 128),
         True,
     ),
-    "channels-last 2-D in tiles, k3 s1 p1, bfloat16 (one phase, its loop)": (
+    "channels-last 2-D in tiles, k3 s1 p1, bfloat16 (one phase)": (
         (16, 9, 112, 64),
         (3, 1, 1),
         True,
         "bfloat16",
         (8, 128),
+        True,
+    ),
+    "3-D as one axis, k3 s2 p1 (the phases' own loops)": (
+        (4, 32, 6, 6, 6),
+        (3, 2, 1),
+        False,
+        "float32",
+        (128,),
         False,
     ),
     "own layout, channels-last 3-D, k2 s3 p1": (
