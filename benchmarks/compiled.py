@@ -261,6 +261,34 @@ def train_step(
     return jax.value_and_grad(loss) if value else jax.grad(loss)
 
 
+def _builtin_pool(
+    nd: int, kernel: int, stride: int, padding: int, channels_last: bool
+) -> Callable[[jax.Array], jax.Array]:
+    """``lax.reduce_window``'s max pool of ``nd`` spatial axes: the
+    reference."""
+    window, strides = (kernel,) * nd, (stride,) * nd
+    pads = ((padding, padding),) * nd
+    if channels_last:
+        dims, steps, padded = (1, *window, 1), (1, *strides, 1), ((0, 0), *pads, (0, 0))
+    else:
+        dims, steps, padded = (1, 1, *window), (1, 1, *strides), ((0, 0), (0, 0), *pads)
+
+    def reduce_window(x: jax.Array) -> jax.Array:
+        return lax.reduce_window(x, -jnp.inf, lax.max, dims, steps, padded)
+
+    return reduce_window
+
+
+def _jaxpool_values(
+    nd: int, kernel: int, stride: int, padding: int, channels_last: bool, **kw: Any
+) -> Callable[[jax.Array], jax.Array]:
+    """jaxpool's max pool of ``nd`` spatial axes, its values alone."""
+    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
+    return lambda x: pool(
+        x, kernel, stride, padding, channels_last=channels_last, **kw
+    )[0]
+
+
 def pool_programs(
     label: str,
     shape: tuple[int, ...],
@@ -276,13 +304,7 @@ def pool_programs(
     H200) of one strided pool, and the ``lax.reduce_window`` references."""
     nd = len(shape) - 2
     pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
-    window = (kernel,) * nd
-    strides = (stride,) * nd
-    pads = ((padding, padding),) * nd
-    if channels_last:
-        dims, steps, padded = (1, *window, 1), (1, *strides, 1), ((0, 0), *pads, (0, 0))
-    else:
-        dims, steps, padded = (1, 1, *window), (1, 1, *strides), ((0, 0), (0, 0), *pads)
+    reduce_window = _builtin_pool(nd, kernel, stride, padding, channels_last)
 
     def forward(**kw: Any) -> Callable[[str], Any]:
         def build(target: str) -> Any:
@@ -294,9 +316,6 @@ def pool_programs(
             return fn, [on(target, shape, dtype)]
 
         return build
-
-    def reduce_window(x: jax.Array) -> jax.Array:
-        return lax.reduce_window(x, -jnp.inf, lax.max, dims, steps, padded)
 
     def step(
         values_of: Callable[[jax.Array], jax.Array], value: bool = False
@@ -311,9 +330,7 @@ def pool_programs(
         return build
 
     def values(**kw: Any) -> Callable[[jax.Array], jax.Array]:
-        return lambda x: pool(
-            x, kernel, stride, padding, channels_last=channels_last, **kw
-        )[0]
+        return _jaxpool_values(nd, kernel, stride, padding, channels_last, **kw)
 
     def reference_forward(target: str) -> Any:
         return reduce_window, [on(target, shape, dtype)]
@@ -529,28 +546,18 @@ def context_programs(quick: bool = False) -> list[Program]:
         label += (" channels-last" if last else "") + (" bf16" if dtype == bf16 else "")
         ref = f"{label} k3 s2 p1 in a network: reduce_window step"
         for pool, name, reference in (
-            (_builtin_pool(nd, last), ref, None),
-            (_jaxpool_pool(nd, last), f"{label} k3 s2 p1 in a network: step auto", ref),
+            (_builtin_pool(nd, 3, 2, 1, last), ref, None),
+            (
+                _jaxpool_values(nd, 3, 2, 1, last),
+                f"{label} k3 s2 p1 in a network: step auto",
+                ref,
+            ),
         ):
             build = functools.partial(
                 _network_step, pool, shape, kernel, stride, channels, last, dtype
             )
             programs.append(Program(name, build, reference, ("v5e",)))
     return programs
-
-
-def _builtin_pool(nd: int, last: bool) -> Callable[[jax.Array], jax.Array]:
-    window, steps, pads = (3,) * nd, (2,) * nd, ((1, 1),) * nd
-    if last:
-        dims, steps, padded = (1, *window, 1), (1, *steps, 1), ((0, 0), *pads, (0, 0))
-    else:
-        dims, steps, padded = (1, 1, *window), (1, 1, *steps), ((0, 0), (0, 0), *pads)
-    return lambda h: lax.reduce_window(h, -jnp.inf, lax.max, dims, steps, padded)
-
-
-def _jaxpool_pool(nd: int, last: bool) -> Callable[[jax.Array], jax.Array]:
-    pool = getattr(jaxpool, f"max_pool{nd}d_with_argmax")
-    return lambda h: pool(h, 3, 2, 1, channels_last=last)[0]
 
 
 def _network_step(
