@@ -140,14 +140,18 @@ def _gpu_facts(dump: Path, hlo: str) -> dict[str, Any]:
     kernels = re.findall(r"\] (\S+) grid: \[([\d, ]+)\]", thunks)
     names = re.findall(r"^\s*(?:ROOT )?%?([\w.-]+) = ", hlo, re.M)
     instructions = {re.sub(r"[.-]", "_", name) for name in names}
-    ptx = "\n".join(p.read_text() for p in sorted(dump.glob("*.ptx")))
+    modules = sorted(dump.glob("*.ptx"))
+    ptx = "\n".join(p.read_text() for p in modules)
+    # jaxlib 0.11.2 on a real H200 dumps no PTX (seen 2026-12-04): unknown,
+    # not "no atomics".
+    unknown = dict.fromkeys(("atomics", "cas_loops", "float_atomic_adds"))
     return {
         "kernels": [f"{name} [{grid.replace(' ', '')}]" for name, grid in kernels],
         # XLA names its kernels after their fusions; a Pallas kernel keeps its
         # own name, and its HLO is a Triton custom call.
         "triton": [name for name, _ in kernels if name not in instructions],
         "triton_calls": hlo.count('custom_call_target="__gpu$xla.gpu.triton"'),
-        **ptx_atomics(ptx),
+        **(ptx_atomics(ptx) if modules else unknown),
         "registers": _registers(dump),
     }
 
@@ -701,9 +705,12 @@ def markdown(rows: list[dict]) -> str:
                     for k, v in r["registers"].items()
                     if k in r["triton"]
                 )
+                atomics = "no PTX in XLA's dump"
+                if r["atomics"] is not None:
+                    atomics = f"{r['atomics']} ({r['cas_loops']})"
                 out.append(
                     f"| {r['program']} | {len(r['kernels'])} | {len(r['triton'])}"
-                    f" | {regs or '-'} | {r['atomics']} ({r['cas_loops']})"
+                    f" | {regs or '-'} | {atomics}"
                     f" | {temp} | {temp_ratio} | {ops} |"
                 )
         out.append("")

@@ -138,8 +138,10 @@ def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
 
 
 # The kernels for which an H200 run measured Pallas faster than XLA's forms,
-# so that implementation=None takes Pallas there on a GPU: none yet (the
-# kernels are verified on CPU, in interpret mode, but unmeasured on a GPU).
+# so that implementation=None takes Pallas there on a GPU: none. On the H200
+# (2026-12-04, jax 0.11.2) the Pallas forward was faster only on strided
+# windows, its gather backward slower wherever windows overlap, and jax
+# deprecates Pallas's Triton backend (docs/performance.md, "Pallas on GPU").
 PALLAS_ON_GPU: frozenset[str] = frozenset()
 
 

@@ -1,5 +1,6 @@
 """The benchmark scripts keep working: each runs once on tiny shapes."""
 
+import itertools
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 from helpers import require
 
@@ -14,6 +16,9 @@ from helpers import require
 pytestmark = pytest.mark.full
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import _timing  # noqa: E402
+import reproducibility  # noqa: E402
 
 
 def run_script(tmp_path, script: str, *args: str) -> list[dict]:
@@ -42,6 +47,48 @@ def test_benchmark_takes_a_case_from_the_command_line(tmp_path):
     case = "((1, 3, 6, 5, 7), 3, 2, 1)"
     rows = run_script(tmp_path, "bench_max_pool3d.py", "--case", case, "--reps", "2")
     assert {r["shape"] for r in rows} == {"1x3x6x5x7 k3 s2 p1"}
+
+
+def test_distinct_counts_results_by_their_bits():
+    """The reproducibility count compares bits where the results are: a
+    signed zero or one changed element is a second result, in JAX and in
+    torch; the same array every time is one."""
+    jnp = jax.numpy
+    signs = itertools.cycle([0.0, -0.0])
+    steps = itertools.cycle([0, 1, 2])
+
+    def zeros():
+        return jnp.zeros(5).at[0].set(next(signs))
+
+    def bumps():
+        return jnp.ones(3, jnp.bfloat16).at[1].add(next(steps))
+
+    assert reproducibility.distinct(zeros, 4) == (2, 0.0)
+    assert reproducibility.distinct(bumps, 6) == (3, 2.0)
+    assert reproducibility.distinct(lambda: jnp.ones(3), 5) == (1, 0.0)
+    torch = require("torch")
+    assert reproducibility.distinct(lambda: torch.ones(4) * next(signs), 4) == (
+        2,
+        0.0,
+    )
+    assert reproducibility.distinct(lambda: torch.ones(4) * next(steps), 4) == (
+        3,
+        2.0,
+    )
+    assert reproducibility.distinct(lambda: torch.zeros(4), 3) == (1, 0.0)
+
+
+def test_interleaved_queues_calls_on_an_accelerator(monkeypatch):
+    """On an accelerator each sample queues several calls and waits once, so
+    that it times the device rather than one call's dispatch; the time is per
+    call."""
+    monkeypatch.setattr(_timing, "queue_depth", lambda: 3)
+    calls, waits = [], []
+    monkeypatch.setattr(_timing, "_ready", lambda out: waits.append(out))
+    (timing,) = _timing.interleaved([lambda: calls.append(1) or len(calls)], 4, 1)
+    assert len(calls) == 1 + 4 * 3
+    assert waits == [1, 4, 7, 10, 13]  # the warm-up's, then each sample's last
+    assert timing.median > 0
 
 
 def _profile_rows(text: str, implementation: str) -> list:
@@ -100,6 +147,11 @@ def test_gpu_check_runs_dry(tmp_path):
     assert "jaxpool pallas gather" in (out / "reproducibility.txt").read_text()
     profile = (out / "profile.txt").read_text()
     assert "torch forward" in profile
+    # torch's profiler keeps CUPTI once it has run: every jaxpool program is
+    # profiled before torch's.
+    figures = [figure for figure, _, _ in _profile_rows(profile, "pallas")]
+    first_torch = figures.index("torch forward")
+    assert figures[first_torch:] == ["torch forward", "torch backward"] * 2, figures
     # The per-op profile of XLA's programs finds XLA ops with time in each:
     # one 3-D pool and one adaptive head, three programs each.
     rows = _profile_rows(profile, "xla")

@@ -325,6 +325,20 @@ def test_the_checks_see_what_they_look_for():
     }
 
 
+def test_gpu_facts_without_ptx_are_unknown(tmp_path):
+    """jaxlib 0.11.2 dumped no PTX on the lent H200: its atomics are unknown
+    (``None``, shown as such), not "0 (0)", which says the program has none."""
+    (tmp_path / "m.thunk_sequence.txt").write_text(
+        "0: kernel] fusion grid: [4, 1, 1]\n"
+    )
+    facts = compiled._gpu_facts(tmp_path, "ROOT %fusion = f32[8]{0} fusion(%a)")
+    assert facts["kernels"] == ["fusion [4,1,1]"]
+    assert facts["atomics"] is None and facts["cas_loops"] is None
+    (tmp_path / "m.ptx").write_text("\tatom.global.add.f32 \t%f2, [%rd5], %f1;\n")
+    facts = compiled._gpu_facts(tmp_path, "")
+    assert (facts["atomics"], facts["float_atomic_adds"]) == (1, 1)
+
+
 @pytest.mark.parametrize(
     "label, shape, window, bound",
     [
