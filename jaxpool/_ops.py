@@ -117,11 +117,13 @@ def max_pool3d_with_argmax(
         ``"scatter"`` or ``"gather"`` (deterministic) force one; see
         [`jaxpool.max_pool3d_with_argmax_backward`][].
       implementation: the kernels. ``None`` (default): the platform's
-        choice, XLA's everywhere until a GPU measurement shows Pallas
-        faster (see the docs' performance page). ``"xla"``: XLA's
-        programs. ``"pallas"``: jaxpool's Triton kernels, on an NVIDIA GPU
-        (Ampere or newer), or interpreted on a CPU (slow; for tests); with
-        ``"auto"`` their deterministic backward runs in ``jax.grad``.
+        choice, XLA's everywhere (on an H200 the Pallas train step was
+        slower where windows overlap: the docs' performance page).
+        ``"xla"``: XLA's programs. ``"pallas"``: jaxpool's Triton kernels,
+        on an NVIDIA GPU (Ampere or newer), or interpreted on a CPU (slow;
+        for tests); with ``"auto"`` their deterministic backward runs in
+        ``jax.grad``. JAX 0.11.2 deprecates Pallas's Triton backend, and
+        warns when they are lowered for a GPU.
 
     Returns:
       ``(values, indices)``, each ``(N, C, oD, oH, oW)`` (``(C, oD, oH, oW)`` for
