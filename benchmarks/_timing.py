@@ -28,8 +28,8 @@ import numpy as np
 # calls are asynchronous, so timing waits for them.
 TORCH = {"device": "cpu", "sync": None}
 # jaxpool's implementations to time, set by --implementations: "xla" (the
-# default's on every platform) and "pallas" (the Triton
-# kernels; on CPU their interpreter, which only checks that the script runs).
+# default's on every platform) and "pallas" (the Triton kernels; on CPU their
+# interpreter, which only checks that the script runs).
 IMPLEMENTATIONS = ["xla"]
 
 
