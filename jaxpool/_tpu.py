@@ -647,9 +647,9 @@ def covering_sum(
 class _Grid(NamedTuple):
     """The output grid's gradients and keys (indices or tap numbers) padded
     once by the largest shift of a tap each way (keys with -1: no index;
-    16-bit gradients as they are), seen from
-    the input's stride phases: ``shape`` is the grid with ``rows`` of each
-    phase on each spatial axis (from ``lead``)."""
+    16-bit gradients as they are), seen from the input's stride phases:
+    ``shape`` is the grid with ``rows`` of each phase on each spatial axis
+    (from ``lead``)."""
 
     plans: list[tuple[list[_Tap], int]]
     low: list[int]
