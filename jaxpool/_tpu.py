@@ -16,8 +16,9 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   tap. The chosen code and the window's first coordinate give the flat index.
   Past 16 bits of codes, the codes are flat positions (int32). Adaptive
   windows of two sizes are reduced one axis at a time instead
-  (:func:`_staged_argmax`), each axis from a copy of it alone in which each
-  window is its taps in turn;
+  (:func:`_staged_argmax`): along the lanes as one window reduction over the
+  axis dilated (:func:`_dilated_argmax`), elsewhere from a copy of the axis
+  alone in which each window is its taps in turn;
 - **the backward** (:func:`covering_sum`): each stride phase of the input
   adds, tap by tap, the gradients of the windows whose index is its position,
   read from the output grid shifted by the tap (a slice of the grid padded
@@ -335,29 +336,45 @@ def _staged_argmax(
     x: jax.Array, spec: PoolSpec, sharding: Any
 ) -> tuple[jax.Array, jax.Array]:
     """:func:`window_argmax` of adaptive windows: one reduction per spatial
-    axis, the last first, each over a copy of that axis alone in which every
-    window is its ``taps`` elements in turn (a short window repeats its last,
-    which changes no choice; windows that tile the axis need no copy),
-    carrying the offset that the later axes chose. The taps split off into
-    an axis of their own, a plain reduction codes them by tap number from an
-    iota, which XLA's TPU compiler fuses into it: 128x64x97x131 -> 13x17
-    compiles for a v5e to 1,886 MB (3,076 with every axis copied first and
-    one window reduction, whose codes XLA wrote out). The first maximum in
-    row-major order is the first along the first axis of the rows' first
-    maxima, and the last NaN the last row's last NaN, so the stages choose as
-    the scan does. The offsets are carried in 16 bits where they fit."""
+    axis, the last first, carrying the offset that the later axes chose. The
+    first maximum in row-major order is the first along the first axis of the
+    rows' first maxima, and the last NaN the last row's last NaN, so the
+    stages choose as the scan does. The offsets are carried in 16 bits where
+    they fit.
+
+    Along the axis XLA lays in the TPU's lanes (:func:`_lane_axis`), an
+    adaptive pool's windows are one window reduction over the axis dilated
+    (:func:`_dilated_argmax`, where :func:`_dilates`). Along the others, the
+    reduction reads a copy of the axis alone in which every window is its
+    ``taps`` elements in turn (a short window repeats its last, which changes
+    no choice; windows that tile the axis need no copy); the taps split off
+    into an axis of their own, a plain reduction codes them by tap number from
+    an iota, which XLA's TPU compiler fuses into it: 128x64x97x131 -> 13x17,
+    whose batch takes the lanes, compiles for a v5e to 1,886 MB (3,076 with
+    every axis copied first and one window reduction, whose codes XLA wrote
+    out). Along the lanes, XLA writes each contiguous run of that copy as a
+    slice of its own, each padded to whole lanes, so the bytes grew with the
+    output's size: 32x64x112² -> 10², 20², 40² 1,194, 3,899 and 10,938 MB that
+    way, 741, 854 and 961 dilated (v5e cost model, 2026-12-04)."""
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     strides = row_major_strides(spec.in_size)
     values, offset = x, None
     for a in reversed(range(spec.nd)):
         w, axis = spec.axes[a], lead + a
-        positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1)
-        operands = [
-            _read(v, axis, positions.ravel()) for v in (values, offset) if v is not None
-        ]
-        values, tap, *carried = _reduce_taps(operands, w.taps, axis, sharding)
-        lo, hi = (per_window(e.astype(np.int32), axis, values.shape) for e in w.span())
-        offset = jnp.minimum(lo + tap.astype(jnp.int32), hi - 1) * strides[a]
+        operands = [v for v in (values, offset) if v is not None]
+        static = all(isinstance(n, int) for n in values.shape)  # not jax.export's
+        if static and _lane_axis(values.shape) == axis and _dilates(w):
+            values, position, *carried = _dilated_argmax(operands, w, axis, sharding)
+            position = position.astype(jnp.int32)
+        else:
+            positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1)
+            operands = [_read(v, axis, positions.ravel()) for v in operands]
+            values, tap, *carried = _reduce_taps(operands, w.taps, axis, sharding)
+            lo, hi = (
+                per_window(e.astype(np.int32), axis, values.shape) for e in w.span()
+            )
+            position = jnp.minimum(lo + tap.astype(jnp.int32), hi - 1)
+        offset = position * strides[a]
         if carried:
             offset = offset + carried[0].astype(jnp.int32)
         if a:
@@ -365,6 +382,69 @@ def _staged_argmax(
             offset = offset.astype(jnp.int16 if small else jnp.int32)
     assert offset is not None
     return values, offset
+
+
+def _dilates(w: AxisWindows) -> bool:
+    """Whether :func:`_dilated_argmax` reads the windows ``w``: an adaptive
+    pool's, ``[floor(o * size / out), ceil((o + 1) * size / out))`` for
+    output ``o``, of more than one element, whose dilated window is at most
+    16 times their taps (its reduction visits every hole: 32x64x112² -> 40²,
+    4.5 times, rates 3.3 G flops on a v5e, the copy 0.6 G; 44 -> 9 is 8.7
+    times; 197 -> 96 would be 73 times)."""
+    if not w.starts or w.taps == 1:
+        return False
+    o = np.arange(w.out)
+    lo, hi = w.span()
+    p, q = _ratio(w)
+    return (
+        np.array_equal(lo, o * w.size // w.out)
+        and np.array_equal(hi, -(-(o + 1) * w.size // w.out))
+        and p + q - 1 <= 16 * w.taps
+    )
+
+
+def _ratio(w: AxisWindows) -> tuple[int, int]:
+    """``(p, q)``: ``size / out`` of the windows ``w`` in lowest terms."""
+    common = math.gcd(w.size, w.out)
+    return w.size // common, w.out // common
+
+
+def _dilated_argmax(
+    operands: list[jax.Array], w: AxisWindows, axis: int, sharding: Any
+) -> list[jax.Array]:
+    """``(values, position, *carried)`` of the adaptive windows ``w``
+    (:func:`_dilates`) along ``axis`` of ``operands`` (the values, then what
+    the choice carries), ``position`` the chosen element's along the axis.
+
+    One window reduction over the axis dilated ``q``-fold, with ``p / q =
+    size / out`` in lowest terms (``q - 1`` holes between two elements, each
+    holding the reduction's initial value, which every element beats):
+    element ``i`` lies at ``i * q``, and window ``o`` is the dilated positions
+    ``o * p - q + 1`` to ``(o + 1) * p - 1``, whose elements are exactly
+    those with ``floor(o * p / q) <= i < ceil((o + 1) * p / q)``. The elements
+    are coded by their position, an iota that XLA writes out beside them (it
+    fuses no producer into a window reduction)."""
+    values = operands[0]
+    n = w.size
+    p, q = _ratio(w)
+    dtype = jnp.int8 if n <= 127 else jnp.int16 if n < 2**15 else jnp.int32
+    position = lax.broadcasted_iota(dtype, values.shape, axis, out_sharding=sharding)
+    window, stride, dilation = ([1] * values.ndim for _ in range(3))
+    padding = [(0, 0)] * values.ndim
+    window[axis], stride[axis], dilation[axis] = p + q - 1, p, q
+    padding[axis] = (q - 1, q - 1)
+    inits = [jnp.array(-jnp.inf, values.dtype), jnp.array(n, dtype)]
+    inits += [jnp.array(0, o.dtype) for o in operands[1:]]
+    reduced = lax.reduce_window(
+        (values, position, *operands[1:]),
+        tuple(inits),
+        _pick(None),
+        window,
+        stride,
+        padding,
+        base_dilation=dilation,
+    )
+    return list(reduced)
 
 
 def _reduce_taps(

@@ -13,12 +13,20 @@ position codes, the order of the backward's sums, grad of grad);
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_same, make_input, make_planes, platform_forms, rng_for
+from helpers import (
+    assert_same,
+    lowered,
+    make_input,
+    make_planes,
+    platform_forms,
+    rng_for,
+)
 
 import jaxpool
 from jaxpool import _tpu
@@ -436,3 +444,39 @@ def test_grad_of_grad_is_the_scans(shape, args):
         want = second(x)
     assert np.abs(np.asarray(want)).max() > 0  # the check can fail
     assert_same(got, want, "grad of grad")
+
+
+# Adaptive pools whose axis in the TPU's lanes is one window reduction over
+# that axis dilated (``_tpu._dilated_argmax``): sizes with a common factor
+# (16 -> 6: dilated 3-fold) and without, channels-last, 3-D, 16-bit, an
+# output larger than the input, and an axis after it carrying its offsets.
+# Rows: (nd, shape, output_size, channels_last, dtype).
+DILATED = {
+    "2d 16x16 -> 6x6 (16/6 = 8/3)": (2, (1, 3, 16, 16), (6, 6), False, "float32"),
+    "2d 13x13 -> 7x7 (coprime)": (2, (1, 2, 13, 13), (7, 7), False, "bfloat16"),
+    "2d channels-last 14x20x3 -> 5x8": (2, (1, 14, 20, 3), (5, 8), True, "float32"),
+    "3d 5x7x12 -> 3x4x5": (3, (1, 2, 5, 7, 12), (3, 4, 5), False, "float16"),
+    "1d 5 -> 8 (upsampling)": (1, (1, 1, 5), (8,), False, "float32"),
+}
+
+
+@pytest.mark.parametrize("name", DILATED)
+def test_dilated_adaptive_windows_choose_as_the_scan(name):
+    """The TPU's forward reduces such an axis dilated (the lowered program's
+    window reductions dilate their input), and chooses as the scan does on
+    every input kind at once (ties, NaN, ±inf among them), values and
+    indices bit for bit."""
+    nd, shape, output_size, channels_last, dtype = DILATED[name]
+    x = make_planes(rng_for("tpu-dilated", name), shape, dtype)
+    pool = functools.partial(
+        getattr(jaxpool, f"adaptive_max_pool{nd}d"),
+        output_size=output_size,
+        channels_last=channels_last,
+    )
+    text = lowered(pool, (x,), "tpu")
+    assert re.search(r"base_dilations = array<i64: (1, )*[2-9]", text), name
+    values, indices = pool(x)
+    with platform_forms("cpu"):
+        want = pool(x)
+    assert_same(values, want[0], "values")
+    assert_same(indices, want[1], "indices")

@@ -43,17 +43,21 @@ def _reductions(text: str) -> int:
 @pytest.mark.parametrize("name", POOL_FORWARDS)
 def test_tpu_forward_is_window_reductions(name):
     """One variadic window reduction; for adaptive windows (each of these
-    ops has an axis of windows of two sizes), one variadic reduction per
-    spatial axis, over the taps of a copy of that axis, and no window
-    reduction."""
+    ops has an axis of windows of two sizes), one reduction per spatial axis:
+    each axis of two sizes of window in the stage's lanes (the last, here) a
+    window reduction over it dilated (``_tpu._dilated_argmax``), the others
+    a plain variadic reduction over the taps of a copy of that axis (where
+    the lanes hold the batch, every axis:
+    :func:`test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes`)."""
     op = PROGRAM_OPS[name]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     text = lowered(op.forward, (x,), "tpu")
     nd = len(op.shape) - 2
     if name.startswith("adaptive"):
-        assert "stablehlo.reduce_window" not in text
-        reduction = "stablehlo.reduce("
-        assert _reductions(text) == nd
+        reduction = "stablehlo.reduce_window"
+        dilated = text.count("base_dilations")
+        assert text.count(reduction) == dilated >= 1
+        assert dilated + _reductions(text) == nd
     else:
         reduction = "stablehlo.reduce_window"
         assert text.count(reduction) == 1
@@ -76,6 +80,20 @@ def test_tpu_forward_is_window_reductions(name):
     # weights (`//`, then `%`), XLA's TPU compiler took 31.8 s over a
     # 2x32x96³ k3 s1 p1 forward, 2.9 s split as the comparator splits them.
     assert not _holds(text, "divide")
+
+
+def test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes():
+    """Where XLA lays the batch in the TPU's lanes (a batch of 128), the
+    adaptive forward reduces each axis by a plain variadic reduction over the
+    taps of a copy of that axis, with no window reduction: slicing a major
+    axis costs nothing there."""
+    op = PROGRAM_OPS["adaptive_max_pool2d 10x11->3x4"]
+    x = jax.ShapeDtypeStruct((128, *op.shape[1:]), jnp.float32)
+    text = lowered(op.forward, (x,), "tpu")
+    assert "stablehlo.reduce_window" not in text
+    assert _reductions(text) == 2
+    for absent in ("gather", "scatter", "while"):
+        assert not _holds(text, absent), absent
 
 
 def test_other_forwards_hold_no_window_reduction():
