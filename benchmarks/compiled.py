@@ -479,6 +479,7 @@ def benchmark_programs(quick: bool = False) -> list[Program]:
         *adaptive_programs("256x64x1000 → 30", (256, 64, 1000), (30,)),
         *adaptive_programs("8x32x40x44x48 → 7x9x10", (8, 32, 40, 44, 48), (7, 9, 10)),
         *adaptive_programs("4x16x33x65x129 → 5x7x9", (4, 16, 33, 65, 129), (5, 7, 9)),
+        *adaptive_programs("32x64x112² → 10²", (32, 64, 112, 112), (10, 10)),
         *adaptive_programs("32x64x112² → 40²", (32, 64, 112, 112), (40, 40)),
         *fractional_programs(
             "fractional 32x64x112² k2 → 79²", (32, 64, 112, 112), 2, (79, 79)

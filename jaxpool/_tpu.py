@@ -354,8 +354,8 @@ def _staged_argmax(
     every axis copied first and one window reduction, whose codes XLA wrote
     out). Along the lanes, XLA writes each contiguous run of that copy as a
     slice of its own, each padded to whole lanes, so the bytes grew with the
-    output's size: 32x64x112² -> 10², 20², 40² 1,194, 3,899 and 10,938 MB that
-    way, 741, 854 and 961 dilated (v5e cost model, 2026-12-04)."""
+    output's size: 32x64x112² -> 10² and 40² 1,194 and 10,938 MB that way,
+    741 and 961 dilated (v5e cost model, 2026-12-04)."""
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     strides = row_major_strides(spec.in_size)
     values, offset = x, None
