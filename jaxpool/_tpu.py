@@ -56,6 +56,7 @@ from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
+    adaptive_bounds,
     coordinates,
     empty_windows,
     fill_empty,
@@ -393,13 +394,9 @@ def _dilates(w: AxisWindows) -> bool:
     times; 197 -> 96 would be 73 times)."""
     if not w.starts or w.taps == 1:
         return False
-    o = np.arange(w.out)
-    lo, hi = w.span()
     p, q = _ratio(w)
-    return (
-        np.array_equal(lo, o * w.size // w.out)
-        and np.array_equal(hi, -(-(o + 1) * w.size // w.out))
-        and p + q - 1 <= 16 * w.taps
+    return (w.starts, w.ends) == adaptive_bounds(w.size, w.out) and (
+        p + q - 1 <= 16 * w.taps
     )
 
 
