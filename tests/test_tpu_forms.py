@@ -465,7 +465,8 @@ def test_dilated_adaptive_windows_choose_as_the_scan(name):
     """The TPU's forward reduces such an axis dilated (the lowered program's
     window reductions dilate their input), and chooses as the scan does on
     every input kind at once (ties, NaN, ±inf among them), values and
-    indices bit for bit."""
+    indices bit for bit: the seam's TPU form, and the program exported for a
+    TPU, run here by XLA:CPU."""
     nd, shape, output_size, channels_last, dtype = DILATED[name]
     x = make_planes(rng_for("tpu-dilated", name), shape, dtype)
     pool = functools.partial(
@@ -475,8 +476,15 @@ def test_dilated_adaptive_windows_choose_as_the_scan(name):
     )
     text = lowered(pool, (x,), "tpu")
     assert re.search(r"base_dilations = array<i64: (1, )*[2-9]", text), name
-    values, indices = pool(x)
+    with platform_forms(None):  # the platforms' own forms, to export
+        exported = jax.export.export(
+            jax.jit(pool),
+            platforms=["tpu"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.platform()],
+        )(jax.ShapeDtypeStruct(x.shape, x.dtype))
+        on_tpu = exported.call(x)
     with platform_forms("cpu"):
         want = pool(x)
-    assert_same(values, want[0], "values")
-    assert_same(indices, want[1], "indices")
+    for got in (pool(x), on_tpu):
+        assert_same(got[0], want[0], "values")
+        assert_same(got[1], want[1], "indices")
