@@ -16,9 +16,10 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   tap. The chosen code and the window's first coordinate give the flat index.
   Past 16 bits of codes, the codes are flat positions (int32). Adaptive
   windows of two sizes are reduced one axis at a time instead
-  (:func:`_staged_argmax`): along the lanes as one window reduction over the
-  axis dilated (:func:`_dilated_argmax`), elsewhere from a copy of the axis
-  alone in which each window is its taps in turn;
+  (:func:`_staged_argmax`), each stage reducing the values and the chosen
+  element's offset along the axes reduced so far: along the lanes as one
+  window reduction over the axis dilated, elsewhere from a copy of the axis
+  alone in which each window is its taps in turn (:func:`_stage`);
 - **the backward** (:func:`covering_sum`): each stride phase of the input
   adds, tap by tap, the gradients of the windows whose index is its position,
   read from the output grid shifted by the tap (a slice of the grid padded
@@ -43,6 +44,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -224,14 +226,13 @@ def _order(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
 
 
 def _pick(readings: list[_Reading] | None) -> Any:
-    """The reducer: of two ``(value, code, *carried)`` candidates, the one
-    the scan keeps (see ``_scan._after``); of two positions, the earlier
+    """The reducer: of two ``(value, code)`` candidates, the one the scan
+    keeps (see ``_scan._after``); of two positions, the earlier
     (:func:`_order`), the padding's code (negative where ``readings`` code
-    residues, else past every position) coming last. ``carried`` operands
-    (the offsets an earlier stage chose, :func:`_staged_argmax`) follow."""
+    residues, else past every position) coming last."""
 
     def pick(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> Any:
-        (v, c, *carried), (w, d, *other) = a, b
+        (v, c), (w, d) = a, b
         order = _order(c, d, readings)
         c_first, d_first = order > 0, order < 0
         if readings is not None:
@@ -241,8 +242,7 @@ def _pick(readings: list[_Reading] | None) -> Any:
         v_nan, w_nan = jnp.isnan(v), jnp.isnan(w)
         numbers = ~w_nan & ((v > w) | ((v == w) & c_first))
         take = jnp.where(v_nan, ~w_nan | d_first, numbers)
-        pairs = zip((v, c, *carried), (w, d, *other), strict=True)
-        return tuple(jnp.where(take, p, q) for p, q in pairs)
+        return jnp.where(take, v, w), jnp.where(take, c, d)
 
     return pick
 
@@ -337,56 +337,63 @@ def _staged_argmax(
     x: jax.Array, spec: PoolSpec, sharding: Any
 ) -> tuple[jax.Array, jax.Array]:
     """:func:`window_argmax` of adaptive windows: one reduction per spatial
-    axis, the last first, carrying the offset that the later axes chose. The
-    first maximum in row-major order is the first along the first axis of the
-    rows' first maxima, and the last NaN the last row's last NaN, so the
-    stages choose as the scan does. The offsets are carried in 16 bits where
-    they fit.
+    axis, the last first. Each reduces the values and one code: the chosen
+    element's offset in the plane along the axes reduced so far (its
+    coordinates times their row-major strides; the narrowest integer that
+    holds them, :func:`_code_type`). Two elements of one window a stage
+    compares share every coordinate it has not reduced, so the smaller code is
+    the earlier in row-major order: the reducer's order (the larger value, the
+    earlier of equals, the last NaN) is the scan's, whatever the order of the
+    stages, and the last stage's code is the index. (Carried beside a code of
+    the stage's axis alone, as a third operand, the offsets cost a v5e more:
+    32x64x112² -> 10² 741 MB against 674, 8x32x40x44x48 -> 7x9x10 2,875
+    against 2,727.)
 
     Along the axis XLA lays in the TPU's lanes (:func:`_lane_axis`), an
     adaptive pool's windows are one window reduction over the axis dilated
-    (:func:`_dilated_argmax`, where :func:`_dilates`). Along the others, the
+    (:func:`_stage`, where :func:`_dilates`). Along the others, the
     reduction reads a copy of the axis alone in which every window is its
     ``taps`` elements in turn (a short window repeats its last, which changes
     no choice; windows that tile the axis need no copy); the taps split off
-    into an axis of their own, a plain reduction codes them by tap number from
-    an iota, which XLA's TPU compiler fuses into it: 128x64x97x131 -> 13x17,
-    whose batch takes the lanes, compiles for a v5e to 1,886 MB (3,076 with
-    every axis copied first and one window reduction, whose codes XLA wrote
-    out). Along the lanes, XLA writes each contiguous run of that copy as a
-    slice of its own, each padded to whole lanes, so the bytes grew with the
-    output's size: 32x64x112² -> 10² and 40² 1,194 and 10,938 MB that way,
-    741 and 961 dilated (v5e cost model, 2026-12-04)."""
+    into an axis of their own, a plain reduction codes them from an iota,
+    which XLA's TPU compiler fuses into it (:func:`_stage`):
+    128x64x97x131 -> 13x17, whose batch takes the lanes, compiles for a v5e to
+    1,855 MB (3,076 with every axis copied first and one window reduction,
+    whose codes XLA wrote out). Along the lanes, XLA writes each contiguous
+    run of that copy as a slice of its own, each padded to whole lanes, so the
+    bytes grew with the output's size: 32x64x112² -> 10² and 40² 1,194 and
+    10,938 MB that way, 674 and 912 dilated (v5e cost model, 2026-12-05)."""
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     strides = row_major_strides(spec.in_size)
-    values, offset = x, None
+    values, code, bound = x, None, 1
     for a in reversed(range(spec.nd)):
         w, axis = spec.axes[a], lead + a
-        operands = [v for v in (values, offset) if v is not None]
+        bound += (w.size - 1) * strides[a]  # past every code so far
+        dtype = _code_type(bound)
         static = all(isinstance(n, int) for n in values.shape)  # not jax.export's
-        if static and _lane_axis(values.shape) == axis and _dilates(w):
-            values, position, *carried = _dilated_argmax(operands, w, axis, sharding)
-            position = position.astype(jnp.int32)
-        else:
-            positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1)
-            operands = [_read(v, axis, positions.ravel()) for v in operands]
-            values, tap, *carried = _reduce_taps(operands, w.taps, axis, sharding)
-            lo, hi = (
-                per_window(e.astype(np.int32), axis, values.shape) for e in w.span()
-            )
-            position = jnp.minimum(lo + tap.astype(jnp.int32), hi - 1)
-        offset = position * strides[a]
-        if carried:
-            offset = offset + carried[0].astype(jnp.int32)
-        if a:
-            small = math.prod(spec.in_size[a:]) <= 2**15
-            offset = offset.astype(jnp.int16 if small else jnp.int32)
-    assert offset is not None
-    return values, offset
+        dilated = static and _lane_axis(values.shape) == axis and _dilates(w)
+        stage = _stage(values, code, w, axis, sharding, dilated)
+        values, coordinate, carried, reduce = stage
+        code = coordinate.astype(dtype) * jnp.array(strides[a], dtype)
+        if carried is not None:
+            code = carried.astype(dtype) + code
+        inits = (
+            jnp.array(-jnp.inf, values.dtype),
+            jnp.array(jnp.iinfo(dtype).max, dtype),
+        )
+        values, code = reduce((values, code), inits, _pick(None))
+    assert code is not None
+    return values, code.astype(jnp.int32)
+
+
+# A stage of :func:`_staged_argmax` (:func:`_stage`): ``(values, coordinate,
+# carried, reduce)``, the operands as the stage reduces them, each element's
+# coordinate along the stage's axis, and ``reduce(operands, inits, reducer)``.
+_Stage = tuple[jax.Array, jax.Array, jax.Array | None, Callable[..., Any]]
 
 
 def _dilates(w: AxisWindows) -> bool:
-    """Whether :func:`_dilated_argmax` reads the windows ``w``: an adaptive
+    """Whether :func:`_stage` reads the windows ``w``: an adaptive
     pool's, ``[floor(o * size / out), ceil((o + 1) * size / out))`` for
     output ``o``, of more than one element, whose dilated window is at most
     16 times their taps (its reduction visits every hole: 32x64x112² -> 40²,
@@ -406,64 +413,66 @@ def _ratio(w: AxisWindows) -> tuple[int, int]:
     return w.size // common, w.out // common
 
 
-def _dilated_argmax(
-    operands: list[jax.Array], w: AxisWindows, axis: int, sharding: Any
-) -> list[jax.Array]:
-    """``(values, position, *carried)`` of the adaptive windows ``w``
-    (:func:`_dilates`) along ``axis`` of ``operands`` (the values, then what
-    the choice carries), ``position`` the chosen element's along the axis.
-
-    One window reduction over the axis dilated ``q``-fold, with ``p / q =
-    size / out`` in lowest terms (``q - 1`` holes between two elements, each
-    holding the reduction's initial value, which every element beats):
-    element ``i`` lies at ``i * q``, and window ``o`` is the dilated positions
-    ``o * p - q + 1`` to ``(o + 1) * p - 1``, whose elements are exactly
-    those with ``floor(o * p / q) <= i < ceil((o + 1) * p / q)``. The elements
-    are coded by their position, an iota that XLA writes out beside them (it
-    fuses no producer into a window reduction)."""
-    values = operands[0]
-    n = w.size
-    p, q = _ratio(w)
-    dtype = jnp.int8 if n <= 127 else jnp.int16 if n < 2**15 else jnp.int32
-    position = lax.broadcasted_iota(dtype, values.shape, axis, out_sharding=sharding)
-    window, stride, dilation = ([1] * values.ndim for _ in range(3))
-    padding = [(0, 0)] * values.ndim
-    window[axis], stride[axis], dilation[axis] = p + q - 1, p, q
-    padding[axis] = (q - 1, q - 1)
-    inits = [jnp.array(-jnp.inf, values.dtype), jnp.array(n, dtype)]
-    inits += [jnp.array(0, o.dtype) for o in operands[1:]]
-    reduced = lax.reduce_window(
-        (values, position, *operands[1:]),
-        tuple(inits),
-        _pick(None),
-        window,
-        stride,
-        padding,
-        base_dilation=dilation,
-    )
-    return list(reduced)
+def _code_type(bound: int) -> Any:
+    """The narrowest of int8, int16 and int32 that holds ``0 .. bound``."""
+    return jnp.int8 if bound <= 127 else jnp.int16 if bound < 2**15 else jnp.int32
 
 
-def _reduce_taps(
-    operands: list[jax.Array], taps: int, axis: int, sharding: Any
-) -> list[jax.Array]:
-    """``(values, tap, *carried)`` of windows of ``taps`` elements that tile
-    ``axis`` of ``operands`` (the values, then what the choice carries)."""
-    shape = list(operands[0].shape)
-    shape[axis : axis + 1] = [shape[axis] // taps, taps]
-    dtype = jnp.int8 if taps < 127 else jnp.int16 if taps < 2**15 else jnp.int32
+def _stage(
+    values: jax.Array,
+    carried: jax.Array | None,
+    w: AxisWindows,
+    axis: int,
+    sharding: Any,
+    dilated: bool,
+) -> _Stage:
+    """A stage of :func:`_staged_argmax`: the windows ``w`` along ``axis``.
+
+    ``dilated`` (:func:`_dilates`): one window reduction over the axis dilated
+    ``q``-fold, with ``p / q = size / out`` in lowest terms (``q - 1`` holes
+    between two elements, each holding the reduction's initial value, which
+    every element beats): element ``i`` lies at ``i * q``, and window ``o``
+    is the dilated positions ``o * p - q + 1`` to ``(o + 1) * p - 1``, whose
+    elements are exactly those with ``floor(o * p / q) <= i < ceil((o + 1) *
+    p / q)``. The coordinates are an iota, which XLA writes out (in the code,
+    beside the values): it fuses no producer into a window reduction.
+
+    Otherwise a copy of the axis in which every window is its ``w.taps``
+    elements in turn (a short window repeats its last): the taps split off
+    into an axis of their own, reduced by a plain reduction, into which XLA
+    fuses the coordinates (each window's first plus the tap, at most its
+    last), an iota and per-window tables."""
+    if dilated:
+        p, q = _ratio(w)
+        coordinate = lax.broadcasted_iota(
+            jnp.int32, values.shape, axis, out_sharding=sharding
+        )
+        window, steps, dilation = ([1] * values.ndim for _ in range(3))
+        padding = [(0, 0)] * values.ndim
+        window[axis], steps[axis], dilation[axis] = p + q - 1, p, q
+        padding[axis] = (q - 1, q - 1)
+        reduce = functools.partial(
+            lax.reduce_window,
+            window_dimensions=window,
+            window_strides=steps,
+            padding=padding,
+            base_dilation=dilation,
+        )
+        return values, coordinate, carried, reduce
+    positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
+    shape = (*values.shape[:axis], w.out, w.taps, *values.shape[axis + 1 :])
+    values = _read(values, axis, positions).reshape(shape)
+    if carried is not None:
+        carried = _read(carried, axis, positions).reshape(shape)
     if sharding is not None:  # the taps' axis is spatial: not sharded
         spec = tuple(sharding.spec)
         parts = PartitionSpec(*spec[: axis + 1], None, *spec[axis + 1 :])
         sharding = NamedSharding(sharding.mesh, parts)
-    tap = lax.broadcasted_iota(dtype, shape, axis + 1, out_sharding=sharding)
-    operands = [o.reshape(shape) for o in operands]
-    inits = [jnp.array(-jnp.inf, operands[0].dtype), jnp.array(taps, dtype)]
-    inits += [jnp.array(0, o.dtype) for o in operands[1:]]
-    reduced = lax.reduce(
-        (operands[0], tap, *operands[1:]), tuple(inits), _pick(None), (axis + 1,)
-    )
-    return list(reduced)
+    tap = lax.broadcasted_iota(jnp.int32, shape, axis + 1, out_sharding=sharding)
+    first, end = (per_window(e.astype(np.int32), axis, shape) for e in w.span())
+    coordinate = jnp.minimum(first + tap, end - 1)
+    reduce = functools.partial(lax.reduce, dimensions=(axis + 1,))
+    return values, coordinate, carried, reduce
 
 
 @window_argmax.defjvp
@@ -629,8 +638,7 @@ def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
         valid = valid & (j >= 0) & (j < w.taps)
         number = number * w.taps + j
     taps = math.prod(w.taps for w in spec.axes)
-    dtype = jnp.int8 if taps <= 127 else jnp.int16 if taps < 2**15 else jnp.int32
-    return jnp.where(valid, number, -1).astype(dtype)
+    return jnp.where(valid, number, -1).astype(_code_type(taps))
 
 
 def phase_major(spec: PoolSpec, in_one_axis: bool) -> bool:

@@ -364,11 +364,11 @@ def test_tpu_forward_costs_near_its_floor(label, shape, window, bound):
 
 def test_tpu_adaptive_forward_bytes_do_not_grow_with_the_output():
     """Adaptive windows of two sizes along the axis in the TPU's lanes are one
-    window reduction over that axis dilated (``_tpu._dilated_argmax``): XLA's
-    TPU cost model rates 32x64x112² -> 40² at 961 MB, 9.3 times the input's
+    window reduction over that axis dilated (``_tpu._stage``): XLA's
+    TPU cost model rates 32x64x112² -> 40² at 912 MB, 8.8 times the input's
     bytes, with no gather. Each window read as a run of a copy of the axis,
     XLA wrote each run as a slice padded to whole lanes: 10,938 MB, 106
-    times, and 1,194 MB at 10² (741 dilated)."""
+    times, and 1,194 MB at 10² (674 dilated)."""
     _target("v5e")
     label, shape = "32x64x112² → 40²", (32, 64, 112, 112)
     programs = compiled.adaptive_programs(label, shape, (40, 40))

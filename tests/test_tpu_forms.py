@@ -447,7 +447,7 @@ def test_grad_of_grad_is_the_scans(shape, args):
 
 
 # Adaptive pools whose axis in the TPU's lanes is one window reduction over
-# that axis dilated (``_tpu._dilated_argmax``): sizes with a common factor
+# that axis dilated (``_tpu._stage``): sizes with a common factor
 # (16 -> 6: dilated 3-fold) and without, channels-last, 3-D, 16-bit, an
 # output larger than the input, and an axis after it carrying its offsets.
 # Rows: (nd, shape, output_size, channels_last, dtype).

@@ -34,6 +34,15 @@ def _holds(text: str, op: str) -> bool:
     return f'"stablehlo.{op}"' in text or f"stablehlo.{op} " in text
 
 
+def _two_operands(text: str) -> bool:
+    """Whether every reduction of ``text`` reduces two operands (the values
+    and one code) and at least one was found."""
+    counts = re.findall(
+        r'%\w+:(\d+) = (?:"stablehlo\.reduce_window"|stablehlo\.reduce\()', text
+    )
+    return bool(counts) and set(counts) == {"2"}
+
+
 def _reductions(text: str) -> int:
     """How many reductions with a reducer of their own (not a plain
     ``applies stablehlo.and``) ``text`` holds."""
@@ -45,10 +54,14 @@ def test_tpu_forward_is_window_reductions(name):
     """One variadic window reduction; for adaptive windows (each of these
     ops has an axis of windows of two sizes), one reduction per spatial axis:
     each axis of two sizes of window in the stage's lanes (the last, here) a
-    window reduction over it dilated (``_tpu._dilated_argmax``), the others
+    window reduction over it dilated (``_tpu._stage``), the others
     a plain variadic reduction over the taps of a copy of that axis (where
     the lanes hold the batch, every axis:
-    :func:`test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes`)."""
+    :func:`test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes`),
+    each of the values and one code: the chosen element's offset along the
+    axes reduced so far, not a code of the stage's axis beside the offsets
+    that the earlier stages chose (a third operand, which XLA writes out
+    and reads back)."""
     op = PROGRAM_OPS[name]
     x = jax.ShapeDtypeStruct(op.shape, jnp.float32)
     text = lowered(op.forward, (x,), "tpu")
@@ -57,6 +70,7 @@ def test_tpu_forward_is_window_reductions(name):
         dilated = text.count("base_dilations")
         assert text.count("stablehlo.reduce_window") == dilated >= 1
         assert dilated + _reductions(text) == nd
+        assert _two_operands(text)
     else:
         assert text.count("stablehlo.reduce_window") == 1
     _check_bodies(text, nd)
@@ -101,6 +115,7 @@ def test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes():
     text = lowered(op.forward, (x,), "tpu")
     assert "stablehlo.reduce_window" not in text
     assert _reductions(text) == 2
+    assert _two_operands(text)
     _check_bodies(text, 2)
 
 
