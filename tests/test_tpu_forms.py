@@ -446,6 +446,36 @@ def test_grad_of_grad_is_the_scans(shape, args):
     assert_same(got, want, "grad of grad")
 
 
+# The adaptive forward's stages code the chosen element's offset along the
+# axes reduced so far in the narrowest integer holding every offset and, past
+# them, the initial value (``_tpu._code_type``): each width at its edges, in
+# the copied form and the dilated one. Rows: (shape, output_size).
+STAGE_WIDTHS = {
+    "int8, offsets 0..126 (1d 127 -> 50, copied)": ((1, 1, 127), (50,)),
+    "int16, offsets 0..128 (1d 129 -> 86, dilated)": ((1, 1, 129), (86,)),
+    "int16, offsets 0..32,759 (2d 182x180 -> 91x120)": ((1, 1, 182, 180), (91, 120)),
+    "int32, offsets 0..32,941 (2d 182x181 -> 91x120)": ((1, 1, 182, 181), (91, 120)),
+}
+
+
+@pytest.mark.parametrize("name", STAGE_WIDTHS)
+def test_every_stage_code_width_chooses_as_the_scan(name):
+    """Values and indices bit for bit the scan's, on every input kind at once
+    (ties, NaN, ±inf): an offset that wrapped around its integer, or met the
+    initial value, would reorder a tie."""
+    shape, output_size = STAGE_WIDTHS[name]
+    nd = len(output_size)
+    x = make_planes(rng_for("tpu-stage-widths", name), shape, "float32")
+    pool = functools.partial(
+        getattr(jaxpool, f"adaptive_max_pool{nd}d"), output_size=output_size
+    )
+    got = pool(x)
+    with platform_forms("cpu"):
+        want = pool(x)
+    assert_same(got[0], want[0], "values")
+    assert_same(got[1], want[1], "indices")
+
+
 # Adaptive pools whose axis in the TPU's lanes is one window reduction over
 # that axis dilated (``_tpu._stage``): sizes with a common factor
 # (16 -> 6: dilated 3-fold) and without, channels-last, 3-D, 16-bit, an
