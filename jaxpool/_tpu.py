@@ -143,17 +143,19 @@ def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:
     return parts[0] if len(parts) == 1 else lax.concatenate(parts, axis)
 
 
+def _code_type(bound: int) -> Any:
+    """The narrowest of int8, int16 and int32 that holds ``0 .. bound``."""
+    return jnp.int8 if bound <= 127 else jnp.int16 if bound < 2**15 else jnp.int32
+
+
 def _code_dtype(readings: list[_Reading]) -> Any:
     """The smallest integer dtype holding every code and the padding's (-1);
     ``None`` past 16 bits (the codes are then flat positions)."""
     count = math.prod(r.modulus for r in readings)
     if count <= 8:  # tiling windows of 8 taps or fewer: k2 s2 in 3-D
         return jnp.int4
-    if count <= 127:
-        return jnp.int8
-    if count <= 2**15 - 1:
-        return jnp.int16
-    return None
+    dtype = _code_type(count)
+    return None if dtype == jnp.int32 else dtype
 
 
 @functools.cache
@@ -411,11 +413,6 @@ def _ratio(w: AxisWindows) -> tuple[int, int]:
     """``(p, q)``: ``size / out`` of the windows ``w`` in lowest terms."""
     common = math.gcd(w.size, w.out)
     return w.size // common, w.out // common
-
-
-def _code_type(bound: int) -> Any:
-    """The narrowest of int8, int16 and int32 that holds ``0 .. bound``."""
-    return jnp.int8 if bound <= 127 else jnp.int16 if bound < 2**15 else jnp.int32
 
 
 def _stage(
