@@ -175,10 +175,11 @@ def take_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
 
 def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
     """:func:`take_rows` without a gather, for a TPU (which has no vector
-    gather, and whose gathers of rows XLA's cost model rates at 3x these
-    bytes): per byte of the elements, a matmul of the int8 bytes with the
-    one-hot rows, which sums one nonzero product, so every bit (NaN payloads,
-    signed zeros) is kept. A row outside the axis picks zero bits."""
+    gather, and whose gathers of rows XLA's cost model rates at more bytes:
+    the performance page, "Fractional pools"): per byte of the elements, a
+    matmul of the int8 bytes with the one-hot rows, which sums one nonzero
+    product, so every bit (NaN payloads, signed zeros) is kept. A row outside
+    the axis picks zero bits."""
     size, width = plane.shape[axis], plane.dtype.itemsize
     one_hot = rows[:, None] == jnp.arange(size, dtype=rows.dtype)[None]
     one_hot = one_hot.astype(jnp.int8)
@@ -199,11 +200,10 @@ def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
 # How each spatial axis's rows are picked: None for :func:`take_rows` along
 # every axis.
 Takes = tuple[Callable[..., jax.Array], ...] | None
-# On a TPU, by XLA's cost model for the v5e (the fractional programs of
-# ``benchmarks/compiled.py``): one-hot matmuls along both axes of a 2-D pool
-# (a 32x64x112² k2 -> 79² forward: 5,682 MB -> 2,913), gathers in 3-D (a
-# 8x32x64³ k2 -> 45³ forward: 9,946 MB; 13,721 with matmuls, 12,030 with
-# matmuls along D alone).
+# On a TPU: one-hot matmuls along both axes of a 2-D pool, gathers in 3-D,
+# whichever XLA's cost model for the v5e rates at fewer bytes (the
+# fractional programs of ``benchmarks/compiled.py``; the performance page,
+# "Fractional pools").
 TPU_TAKES: dict[int, Takes] = {2: (matmul_rows, matmul_rows), 3: None}
 
 

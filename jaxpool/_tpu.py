@@ -10,10 +10,11 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   greater number wins, and of two equal numbers the earlier. ``code`` names
   each element's position by its coordinates modulo ``2 * span - 1`` per axis
   (``span``: how far apart two taps of one window lie, plus one), which orders
-  any two elements of one window as their flat positions do (:func:`_order`)
-  in an int8 or int16 array that XLA builds inside the reduction; the padding
-  code loses every tie, so a window of only ``-inf`` keeps its first in-bounds
-  tap. The chosen code and the window's first coordinate give the flat index.
+  any two elements of one window as their flat positions do (:func:`_order`),
+  in an int8 or int16 array (which XLA writes out and the reduction reads
+  back: its TPU compiler fuses no producer into a window reduction); the
+  padding code loses every tie, so a window of only ``-inf`` keeps its first
+  in-bounds tap. The chosen code and the window's first coordinate give the flat index.
   Past 16 bits of codes, the codes are flat positions (int32). Adaptive
   windows of two sizes are reduced one axis at a time instead
   (:func:`_staged_argmax`), each stage reducing the values and the chosen
@@ -94,8 +95,8 @@ def _codes(
 ) -> Any:
     """Each element's code residue along ``axis`` (``flat``: its coordinate),
     int32, to broadcast against the source's ``shape``: from an iota where it
-    can, which XLA computes inside the reduction instead of reading an array
-    of codes."""
+    can, not a table (XLA still writes the codes out before the reduction:
+    it fuses no producer into one)."""
     iota = lax.broadcasted_iota(jnp.int32, shape, axis, out_sharding=sharding)
     first = int(r.positions[0])
     if not flat:
@@ -173,8 +174,10 @@ def _reciprocal(divisor: int, bound: int) -> tuple[int, int] | None:
 
 def _div(x: jax.Array, divisor: int, bound: int) -> jax.Array:
     """``x // divisor`` for ``0 <= x < bound`` as a multiply and a shift (or a
-    shift alone): XLA's TPU compiler takes minutes over an integer division in
-    a reduction's body. Negative ``x`` gives a value that is never used."""
+    shift alone): XLA's TPU compiler is slow over an integer division in a
+    reduction's body (the performance page, "The forward: where the bytes
+    go", has the compile times). Negative ``x`` gives a value that is never
+    used."""
     if divisor & (divisor - 1) == 0:
         return x >> (divisor.bit_length() - 1)
     found = _reciprocal(divisor, bound)
@@ -190,8 +193,9 @@ def _residues(code: jax.Array, readings: list[_Reading]) -> list[jax.Array]:
     first axis first: split once, the last axis first, with a multiply and a
     shift an axis past the first (:func:`_div`); the first axis's residue is
     what is left. The comparator's codes and the chosen ones both: decoded
-    with ``//`` and ``%``, XLA's TPU compiler took 30-40 s over a large 3-D
-    stride-1 forward (2x32x96³ k3 s1 p1: 31.8 s, 2.9 s so)."""
+    with ``//`` and ``%``, they took XLA's TPU compiler up to ten times as
+    long over large 3-D stride-1 forwards (the performance page, "The forward:
+    where the bytes go")."""
     bound, rest = math.prod(r.modulus for r in readings), []
     for r in reversed(readings[1:]):
         quotient = _div(code, r.modulus, bound)
@@ -211,8 +215,9 @@ def _order(c: jax.Array, d: jax.Array, readings: list[_Reading] | None) -> Any:
     are: ``|step| < m`` on every axis, so the first axis that differs
     outweighs all later ones and the sum's sign is the row-major order.
     (Split twice an axis, a quotient and a remainder, for each direction of
-    the comparison, XLA's TPU compiler took 50 s over an 8x192x16x28² k3 s1
-    p1 forward; 7 s so.)"""
+    the comparison, they took XLA's TPU compiler several times as long over
+    large stride-1 forwards: the compile times of the performance page's "The
+    forward: where the bytes go".)"""
     if readings is None:
         return d - c
     c, d = c.astype(jnp.int32), d.astype(jnp.int32)
@@ -347,24 +352,23 @@ def _staged_argmax(
     the earlier in row-major order: the reducer's order (the larger value, the
     earlier of equals, the last NaN) is the scan's, whatever the order of the
     stages, and the last stage's code is the index. (Carried beside a code of
-    the stage's axis alone, as a third operand, the offsets cost a v5e more:
-    32x64x112² -> 10² 741 MB against 674, 8x32x40x44x48 -> 7x9x10 2,875
-    against 2,727.)
+    the stage's axis alone, as a third operand, the offsets cost more bytes:
+    XLA writes every operand of a window reduction out.)
 
     Along the axis XLA lays in the TPU's lanes (:func:`_lane_axis`), an
     adaptive pool's windows are one window reduction over the axis dilated
-    (:func:`_stage`, where :func:`_dilates`). Along the others, the
-    reduction reads a copy of the axis alone in which every window is its
-    ``taps`` elements in turn (a short window repeats its last, which changes
-    no choice; windows that tile the axis need no copy); the taps split off
-    into an axis of their own, a plain reduction codes them from an iota,
-    which XLA's TPU compiler fuses into it (:func:`_stage`):
-    128x64x97x131 -> 13x17, whose batch takes the lanes, compiles for a v5e to
-    1,855 MB (3,076 with every axis copied first and one window reduction,
-    whose codes XLA wrote out). Along the lanes, XLA writes each contiguous
-    run of that copy as a slice of its own, each padded to whole lanes, so the
-    bytes grew with the output's size: 32x64x112² -> 10² and 40² 1,194 and
-    10,938 MB that way, 674 and 912 dilated (v5e cost model, 2026-12-05)."""
+    (:func:`_stage`, where :func:`_dilates`). Along the others, the reduction
+    reads a copy of the axis alone in which every window is its ``taps``
+    elements in turn (a short window repeats its last, which changes no
+    choice; windows that tile the axis need no copy); the taps split off into
+    an axis of their own, a plain reduction codes them from an iota, which
+    XLA's TPU compiler fuses into it (:func:`_stage`; one window reduction
+    over a copy of every axis at once had its codes written out, as every
+    window reduction does). Along the lanes, XLA writes each contiguous run of
+    that copy as a slice of its own, each padded to whole lanes, so the copy's
+    bytes grow with the output's size, and the dilated reduction's hardly do.
+    (The performance page, "Adaptive windows of two sizes", has the
+    measurements.)"""
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     strides = row_major_strides(spec.in_size)
     values, code, bound = x, None, 1
@@ -398,9 +402,9 @@ def _dilates(w: AxisWindows) -> bool:
     """Whether :func:`_stage` reads the windows ``w``: an adaptive
     pool's, ``[floor(o * size / out), ceil((o + 1) * size / out))`` for
     output ``o``, of more than one element, whose dilated window is at most
-    16 times their taps (its reduction visits every hole: 32x64x112² -> 40²,
-    4.5 times, rates 3.3 G flops on a v5e, the copy 0.6 G; 44 -> 9 is 8.7
-    times; 197 -> 96 would be 73 times)."""
+    16 times their taps: its reduction visits every hole, so the bound caps
+    the flops spent on them (the performance page, "Adaptive windows of two
+    sizes")."""
     if not w.starts or w.taps == 1:
         return False
     p, q = _ratio(w)
@@ -553,16 +557,14 @@ def planes_minor(spec: PoolSpec, shape: tuple[int, ...]) -> bool:
     tiles less (8x32x64³ k3 s2: W = 64 fills half of 128 lanes, the output's
     32 a quarter; N * C = 256 fills two lane tiles), and for channels-last
     arrays only where XLA lays the input out with a spatial axis in the lanes
-    (:func:`_lane_axis`; v5e cost model, train steps: 32x112²x64 k3 s2 p1
-    2,316 MB to 1,503, 8x64³x32 9,530 to 5,075; where the channels stay in
-    the lanes, moving costs more: 8x32³x64 839 to 1,453, 8x32³x32 839 to
-    936); nor where XLA lays the batch in the lanes (a batch of 128 or more
+    (:func:`_lane_axis`; where the channels stay in the lanes, moving costs
+    more); nor where XLA lays the batch in the lanes (a batch of 128 or more
     that pads them least), whose planes are minor already: moving them
-    transposed the indices, the gradients and the sum for nothing (train
-    steps: 1-D 256x1000x64 k3 s1 p1 channels-last 796 MB to 393, the
-    builtin's 197; channels-first 256x64x1000 k3 s2 p1 959 to 706; 2-D
-    128x14²x64 k3 s1 p1 145 to 51; 3-D 128x8³x32 k3 s2 p1 143 to 46). Not
-    for symbolic sizes (``jax.export``'s)."""
+    transposed the indices, the gradients and the sum for nothing. Not for
+    symbolic sizes (``jax.export``'s). The performance page's "The planes
+    moved to the minor axis", "Channels-last planes moved where XLA lays W in
+    the lanes" and "The planes in place where the batch takes the lanes"
+    give the measurements."""
     first, stop = split(len(shape), spec.nd, spec.trail)
     if first == 0 or not all(isinstance(n, int) for n in shape):
         return False
@@ -585,13 +587,11 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     else one axis of ``N * C`` planes, ``(*S, N * C / 128, 128)`` where they
     fill whole 8 x 128 tiles and the sum reads tap numbers (:func:`coded`:
     with stride phases to interleave, every spatial axis is then major, and
-    interleaving the phases moves whole tiles instead of shuffling sublanes),
-    ``(*S, N * C)`` otherwise (v5e cost model,
-    train steps: 4x256x40³ k3 s1 p1 3,277 MB as one axis, 1,704 on their
-    own, against the builtin's 2,359; 32x256x28² k3 s1 p1 420 to 244;
-    32x64x112² k3 s2 p1 1,448 to 1,242 in tiles' rows, 2,316 on their own;
-    with stride 1, nothing to interleave, tiles' rows took 4x256x40³ k3 s1
-    p1, measured as one axis before it took its own, from 3,277 to 4,850)."""
+    interleaving the phases moves whole tiles instead of shuffling sublanes;
+    with stride 1 there is nothing to interleave, and tiles' rows cost more),
+    ``(*S, N * C)`` otherwise. The performance page's "The planes in tiles'
+    rows" and "The planes on their own axes where the channels fill the
+    lanes" give the measurements."""
     planes = _planes(spec, shape)
     if planes[-1] % 128 == 0:
         return planes
@@ -607,16 +607,11 @@ def coded(spec: PoolSpec) -> bool:
     layout), where the int8 numbers cross the planes' transpose and tiles in
     place of the int32 indices. Elsewhere with stride 1, one loop reads the
     one padded index array for every tap, and the codes' arithmetic costs
-    more than its int8 reads save. v5e cost model, stride-1 train steps (MB,
-    by index, by tap number; the builtin's): channels-last 2-D, Flax's
-    GoogLeNet pool 32x28²x256 k3 s1 p1 244, 206 (77); 32x56²x64 k3 s1 p1
-    488, 411 (668), bfloat16 334, 257 (334); 16x14²x512 61, 51 (19);
-    32x28²x256 k2 s1 231, 196 (75); 32x112²x64 1,468, 1,233 (2,055);
-    8x224²x32 k5 s1 p2 734, 734 (1,644). Others: 3-D 2x32x96³ 1,963, 2,491
-    (6,342); 4x256x40³ 1,704, 2,425; channels-last 2x32³x128 319, 377;
-    8x32x64³ bfloat16 2,684, 9,127; channels-first 2-D 32x64x112² 763, 1,057;
-    1-D 32x128x4096 403, 503, 256x64x1000 393, 492, though 8x512x256 k5 s1
-    p2 40, 34 (2026-12-04; ``benchmarks/tpu_rules.py --rule codes``)."""
+    more than its int8 reads save on some shape measured (in 1-D, two shapes
+    of three). The performance page's "Tap
+    numbers instead of indices" and "Tap numbers at stride 1, in
+    channels-last 2-D pools" give the measurements
+    (``benchmarks/tpu_rules.py --rule codes``)."""
     return any(w.stride > 1 for w in spec.axes) or (spec.nd == 2 and spec.trail > 0)
 
 
@@ -644,19 +639,16 @@ def phase_major(spec: PoolSpec, in_one_axis: bool) -> bool:
     (:func:`coded`; with stride 1, one phase), except where the planes move
     behind the spatial axes as one axis (the last spatial axis is then the
     rows of the TPU's tiles, and the transpose back would interleave along
-    them: 8x32x64³ k3 s2 p1 3,767 MB, 6,166 phase major).
+    them).
 
     16-bit 2-D pools whose channels do not fill whole lanes are summed phase
     major as well, though the pool alone costs more so. Alone, the pool's
     input is an entry parameter, which XLA's memory-space assignment
     prefetches into VMEM for the forward in four slices, and the cost model
-    counts the prefetch: bfloat16 train steps 32x112²x64 k3 s2 p1
-    channels-last 895 MB to 937, 32x64x112² 752 to 794, channels-last
-    32x56²x64 283 to 357. Between two convolutions, as a network holds it
+    counts the prefetch. Between two convolutions, as a network holds it
     (``benchmarks/compiled.py --context``), there is no such prefetch, and the
-    whole step costs less: the ResNet stem's 2,549 MB to 1,915 (the builtin's
-    1,411), a 32x56²x64 stage's 612 to 570 (490). v5e cost model,
-    2026-12-04."""
+    whole step costs less. The performance page's "Phases summed
+    phase-major" and "Between two convolutions" give the measurements."""
     return coded(spec) and not in_one_axis
 
 
@@ -699,9 +691,8 @@ def covering_sum(
     if by_number:
         # Barriers on both sides of the codes' transpose: without them XLA's
         # TPU layout assignment moves the codes' int32 arithmetic past it, or
-        # the taps' selects before it (v5e cost model, train steps, measured
-        # before the tiles above: 32x64x112² k3 s2 p1 1,448 MB against 2,206;
-        # 8x32x64³ k2 s2 3,498 against 6,241).
+        # the taps' selects before it (the performance page, "Tap numbers
+        # instead of indices").
         keys = lax.optimization_barrier(keys)
         keys = lax.optimization_barrier(moved(keys))
     else:
@@ -710,12 +701,11 @@ def covering_sum(
     if grads.dtype != acc:
         # 16-bit gradients are moved as they are and widened in the sum:
         # without the barrier XLA widens them first and moves twice the
-        # bytes (v5e cost model, bfloat16 train steps: 8x32x64³ k3 s2 p1
-        # 2,726 MB against 2,391; 32x64x112² k3 s2 p1 874 against 752).
+        # bytes (the performance page, "16-bit gradients moved as they are").
         grads = lax.optimization_barrier(grads)
     # Widened where each tap reads them, they are never written in float32
-    # (bfloat16 train steps: 8x32x64³ k3 s2 p1 2,391 MB to 2,106, 4x256x40³
-    # k3 s1 p1 1,835 to 1,311).
+    # (the performance page, "16-bit gradients widened where each tap reads
+    # them").
     if phase_major(spec, in_one_axis=len(tiles) == 1):
         total = _phase_major_sum(grads, keys, acc, spec, 0)
     else:
@@ -851,12 +841,8 @@ def _phase_major_sum(
     compares is -2 (no key) on the other phases, so the comparison is made
     on the phase grid, which keeps XLA from writing it out per tap before
     the broadcast; the barrier keeps XLA from moving the interleave into the
-    loop (where it writes the broadcasts out). v5e cost model, train steps
-    (MB, against the builtin's): 32x64x112² k3 s2 p1 1,242 to 1,133 (1,211);
-    channels-last 32x112²x64 1,503 to 1,291 (1,211); 8x128x32³ k3 s2 p1 843
-    to 759 (856); SegNet's pool1 16x64x360x480 k2 s2 7,036 to 4,364
-    (8,069); in their own layout, channels-last 2x64³x128 k3 s2 p1 1,678 to
-    1,485 (1,711), VGG-16's pool3 32x56²x256 k2 s2 1,137 to 635 (642)."""
+    loop (where it writes the broadcasts out). The performance page's
+    "Phases summed phase-major" gives the measurements."""
     axes = spec.axes
     nd = len(axes)
     grid = _Grid.of(grad_output, keys, spec, lead)

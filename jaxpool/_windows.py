@@ -246,10 +246,9 @@ def coordinates(flat: jax.Array, sizes: Sequence[int]) -> list[jax.Array]:
 
 # A per-window column longer than this is computed from an iota where it is
 # an arithmetic progression or one run of True, rather than embedded: the
-# program's size then does not grow with the axis (a 1-D pool over (2, 2**20)
-# samples embedded six columns of 2**19 elements, 18.9 MB of StableHLO; over
-# 2**24 it took 2.8-3.8 s to compile, now 0.1 s). Shorter ones stay
-# constants, as every compiled figure measured them (4 KB at most).
+# program's size then does not grow with the axis (the design page, "The
+# forward", has the measurements). Shorter ones stay constants, as every
+# compiled figure measured them (4 KB at most).
 EMBEDDED = 1024
 
 
