@@ -42,6 +42,7 @@ from jaxpool import _platform, _tpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import compiled
+import tpu_ops
 import tpu_rules
 
 # The full tier (tests/conftest.py): compiling for an H200 and a v5e takes minutes.
@@ -725,3 +726,40 @@ def test_tpu_step_under_a_mesh_moves_no_arrays():
         with jax.set_mesh(mesh):
             step = jax.jit(jax.grad(loss)).trace(x, w).lower().compile().as_text()
         assert collective.findall(step) == [], kind
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tpu_ops_rows_add_up_to_the_cost_model(dtype):
+    """``benchmarks/tpu_ops.py``, which the performance page's per-op
+    accounts come from, counts each array as a TPU stores it, its two minor
+    axes padded to whole tiles (8 x 128 32-bit elements, 16 x 128 16-bit,
+    32 x 128 8-bit): on the 3-D forward 8x32x64³ k3 s2 p1 and its
+    ``reduce_window`` reference its rows add up to XLA's cost model's bytes,
+    in float32 (int8 codes) and bfloat16, to within 64 KB of 0.3-1.1 GB (the
+    cost model charges a few scalar-sized reads of its own: 4.6 KB here).
+    Unpadded (W = 64 in 128 lanes, the output's 32) they would fall short by
+    half or more."""
+    _target("v5e")
+    label, shape = "8x32x64³ k3 s2 p1", (8, 32, 64, 64, 64)
+    programs = compiled.pool_programs(label, shape, 3, 2, 1, pallas=False, dtype=dtype)
+    for facts in _on_v5e(programs, label, "forward", "reduce_window forward"):
+        ops = tpu_ops.entry_ops(facts["hlo"])
+        assert ops and {"reduce-window"} <= {op.opcode for op in ops}
+        rows = sum(op.read + op.written for op in ops)
+        assert abs(rows - facts["bytes_accessed"]) <= 2**16, (
+            rows,
+            facts["bytes_accessed"],
+        )
+
+
+def test_tpu_ops_prints_each_op_and_both_totals(capsys):
+    """``benchmarks/tpu_ops.py``'s command line: a program's rows (the
+    window reduction of the 3-D builtin forward reads the 537 MB input, W =
+    64 in 128 lanes, and writes 134 MB) and the two totals; a pattern that
+    names no program is an error."""
+    _target("v5e")
+    assert tpu_ops.main(["--programs", "^8x32x64³ k2 s2 reduce_window forward$"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"536\.9 \+ +134\.2  reduce-window", out), out
+    assert "the rows: 671.1 MB; the cost model: 671.1 MB" in out, out
+    assert tpu_ops.main(["--programs", "no such program"]) == 1
