@@ -728,19 +728,26 @@ def test_tpu_step_under_a_mesh_moves_no_arrays():
         assert collective.findall(step) == [], kind
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_tpu_ops_rows_add_up_to_the_cost_model(dtype):
+@pytest.mark.parametrize(
+    "label, shape, dtype",
+    [
+        ("8x32x64³ k3 s2 p1", (8, 32, 64, 64, 64), jnp.float32),
+        ("8x32x64³ k3 s2 p1", (8, 32, 64, 64, 64), jnp.bfloat16),
+        ("32x64x112² k3 s2 p1", (32, 64, 112, 112), jnp.float32),
+    ],
+)
+def test_tpu_ops_rows_add_up_to_the_cost_model(label, shape, dtype):
     """``benchmarks/tpu_ops.py``, which the performance page's per-op
-    accounts come from, counts each array as a TPU stores it, its two minor
-    axes padded to whole tiles (8 x 128 32-bit elements, 16 x 128 16-bit,
-    32 x 128 8-bit): on the 3-D forward 8x32x64³ k3 s2 p1 and its
-    ``reduce_window`` reference its rows add up to XLA's cost model's bytes,
-    in float32 (int8 codes) and bfloat16, to within 64 KB of 0.3-1.1 GB (the
-    cost model charges a few scalar-sized reads of its own: 4.6 KB here).
-    Unpadded (W = 64 in 128 lanes, the output's 32) they would fall short by
-    half or more."""
+    accounts come from, counts each array as XLA's TPU cost model does, its
+    two minor axes padded to whole tiles of 8 rows x 128 lanes: on the
+    forwards of a 3-D pool (float32 with int8 codes, bfloat16) and a 2-D one,
+    and on their ``reduce_window`` references, its rows add up to the cost
+    model's bytes, to within 64 KB of 0.3-1.1 GB (the cost model charges a
+    few scalar-sized reads of its own: 4.6 KB). Unpadded (W = 64 in 128
+    lanes) they fall short by half or more; with the 8-bit codes' rows padded
+    to 32, as four to a 32-bit word would store them, the 2-D forward's
+    (W = 112 rows) come to 18 MB more."""
     _target("v5e")
-    label, shape = "8x32x64³ k3 s2 p1", (8, 32, 64, 64, 64)
     programs = compiled.pool_programs(label, shape, 3, 2, 1, pallas=False, dtype=dtype)
     for facts in _on_v5e(programs, label, "forward", "reduce_window forward"):
         ops = tpu_ops.entry_ops(facts["hlo"])
