@@ -211,19 +211,28 @@ def _ptxas() -> str | None:
     return shutil.which("ptxas")
 
 
+# Instructions of an entry computation that move no data of their own.
+MOVES_NO_DATA = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+
+
+def entry_computation(hlo: str) -> str:
+    """The text of ``hlo``'s entry computation."""
+    entry = hlo[hlo.index("\nENTRY") :]
+    return entry[: entry.index("\n}")]
+
+
 def _tpu_facts(compiled: Any, hlo: str) -> dict[str, Any]:
     """XLA's TPU cost model and the entry computation's kernels."""
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    entry = hlo[hlo.index("\nENTRY") :]
-    entry = entry[: entry.index("\n}")]
-    skip = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
     kernels = [
         f"{name} ({op})"
         for name, op in re.findall(
-            r"^\s*(?:ROOT )?%?([\w.-]+) = .*?\s([a-z-]+)\(", entry, re.M
+            r"^\s*(?:ROOT )?%?([\w.-]+) = .*?\s([a-z-]+)\(",
+            entry_computation(hlo),
+            re.M,
         )
-        if op not in skip
+        if op not in MOVES_NO_DATA
     ]
     return {
         "kernels": kernels,

@@ -39,8 +39,6 @@ _BITS |= {"bf16": 16, "f16": 16, "s32": 32, "u32": 32, "f32": 32}
 _BITS |= {"s64": 64, "u64": 64, "f64": 64}
 _ARRAY = re.compile(r"\b(" + "|".join(_BITS) + r")\[([\d,]*)\](\{[^}]*\})?")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.-]+) = (.*?) ([a-z][\w-]*)\((.*?)\)")
-# Instructions that move no data of their own.
-_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
 
 
 class Op(NamedTuple):
@@ -86,17 +84,15 @@ def shape_bytes(text: str) -> float:
 def entry_ops(hlo: str) -> list[Op]:
     """The entry computation's instructions that move data, in program
     order: each reads its operands whole and writes its result."""
-    entry = hlo[hlo.index("\nENTRY") :]
-    entry = entry[: entry.index("\n}")]
     shapes: dict[str, str] = {}
     ops = []
-    for line in entry.splitlines()[1:]:
+    for line in compiled.entry_computation(hlo).splitlines()[1:]:
         found = _INSTRUCTION.match(line)
         if found is None:
             continue
         name, shape, opcode, operands = found.groups()
         shapes[name] = shape
-        if opcode in _FREE:
+        if opcode in compiled.MOVES_NO_DATA:
             continue
         names = [a.strip().lstrip("%") for a in operands.split(",")]
         read = sum(shape_bytes(shapes.get(a, "")) for a in names)

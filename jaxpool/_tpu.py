@@ -14,9 +14,9 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
   in an int8 or int16 array (which XLA writes out and the reduction reads
   back: its TPU compiler fuses no producer into a window reduction); the
   padding code loses every tie, so a window of only ``-inf`` keeps its first
-  in-bounds tap. The chosen code and the window's first coordinate give the flat index.
-  Past 16 bits of codes, the codes are flat positions (int32). Adaptive
-  windows of two sizes are reduced one axis at a time instead
+  in-bounds tap. The chosen code and the window's first coordinate give the
+  flat index. Past 16 bits of codes, the codes are flat positions (int32).
+  Adaptive windows of two sizes are reduced one axis at a time instead
   (:func:`_staged_argmax`), each stage reducing the values and the chosen
   element's offset along the axes reduced so far: along the lanes as one
   window reduction over the axis dilated, elsewhere from a copy of the axis
