@@ -524,21 +524,31 @@ def test_tpu_train_step_costs_no_more_than_the_builtin(label):
     assert figures[0] <= most[0] and figures[1] <= most[1], (figures, most)
 
 
-def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity():
+@pytest.mark.parametrize(
+    ("dtype", "most_bytes", "most_temps"),
+    [(jnp.float32, 0.91, 0.65), (jnp.bfloat16, 1.2, 0.35)],
+    ids=["float32", "bfloat16"],
+)
+def test_tpu_resnet_stem_step_that_reads_the_values_is_at_parity(
+    dtype, most_bytes, most_temps
+):
     """Where the loss is returned too (``jax.value_and_grad``), as a network
     reads the pool's values, ``lax.reduce_window``'s step runs its forward
     as well: there Flax's ResNet-stem pool (32x112²x64 channels-last, 1.07x
-    as the gradient alone) costs a v5e 0.90x the builtin's bytes (2,018 MB
-    against 2,246) and about 0.63x its temporaries."""
+    as the gradient alone, bfloat16 1.55x) costs a v5e 0.90x the builtin's
+    bytes (2,018 MB against 2,246) and about 0.63x its temporaries; in
+    bfloat16 1.19x (1,128 MB against 947), within the 1.2x that the issue
+    allows jaxpool's float32 accumulator over the builtin's 16-bit one, and
+    0.31x its temporaries."""
     _target("v5e")
     label, shape, window = "32x112²x64", (32, 112, 112, 64), (3, 2, 1)
-    options = {"channels_last": True, "pallas": False}
+    options = {"channels_last": True, "pallas": False, "dtype": dtype}
     programs = compiled.pool_programs(label, shape, *window, **options)
     step, ref = _on_v5e(
         programs, label, "value_and_grad auto", "reduce_window value_and_grad"
     )
-    assert step["bytes_accessed"] <= 0.91 * ref["bytes_accessed"]
-    assert step["temp_bytes"] <= 0.65 * ref["temp_bytes"]
+    assert step["bytes_accessed"] <= most_bytes * ref["bytes_accessed"]
+    assert step["temp_bytes"] <= most_temps * ref["temp_bytes"]
 
 
 @pytest.mark.parametrize(
