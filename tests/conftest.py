@@ -8,7 +8,9 @@ forms (accelerators', TPU's, Pallas interpreted), the compile-only accelerator
 programs, the grids' float16 and float64 rows (``helpers.row_dtypes``) and the
 sweeps' full profile. CI runs the full tier. Hypothesis: "quick" (25 examples)
 in the quick tier, "ci" (50) in the full one, "thorough" on request
-(``pytest tests/test_oracle.py -k "sweep and cpu" --hypothesis-profile=thorough``)."""
+(``pytest tests/test_oracle.py -k "sweep and cpu" --hypothesis-profile=thorough``;
+with ``--full`` and ``-k "sweep and tpu"`` the TPU's forms, which the other
+profiles sweep with fewer examples)."""
 
 import os
 

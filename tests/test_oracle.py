@@ -135,9 +135,14 @@ SWEEP_FORMS = [
 
 def _sweep(form, run):
     """``run`` as a hypothesis test in ``form``: the profile's examples in the
-    CPU's forms, fewer in the others."""
+    CPU's forms, fewer in the others; the profile's in every form under the
+    thorough one, which is run on request (``--full -k "sweep and tpu"
+    --hypothesis-profile=thorough``: the TPU's forms)."""
     examples = SWEEP_EXAMPLES[form]
-    return run if examples is None else settings(max_examples=examples)(run)
+    thorough = settings.get_profile("thorough").max_examples
+    if examples is None or settings.default.max_examples == thorough:
+        return run
+    return settings(max_examples=examples)(run)
 
 
 @pytest.mark.parametrize("form", SWEEP_FORMS)
