@@ -399,6 +399,33 @@ def pool_cases(draw):
 
 
 @st.composite
+def fractional_cases(draw):
+    """A random fractional pool: kernels, input sizes, outputs from one window
+    to the stride-1 pool's, layouts, batched or not, dtypes, input kinds, and
+    a seed for the input and the samples."""
+    nd = draw(st.integers(2, 3))
+    strict = nd == 3  # PyTorch's 3-D pool wants out + k - 1 < size, not <=
+    kernel, sizes, out = [], [], []
+    for _ in range(nd):
+        k = draw(st.integers(1, 3))
+        size = k + strict + draw(st.integers(0, 10))
+        kernel.append(k)
+        sizes.append(size)
+        out.append(draw(st.integers(1, size - k + 1 - strict)))
+    lead = draw(st.sampled_from([(2, 3), (1, 2), (3,)]))
+    return dict(
+        nd=nd,
+        shape=(*lead, *sizes),
+        kernel=tuple(kernel),
+        output_size=tuple(out),
+        channels_last=draw(st.booleans()),
+        dtype=draw(st.sampled_from(DTYPES)),
+        kind=draw(st.sampled_from(INPUT_KINDS)),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+@st.composite
 def adaptive_cases(draw):
     """A random adaptive pool, output sizes below and above the input's."""
     nd = draw(st.integers(1, 3))

@@ -293,6 +293,17 @@ def adaptive_ops(nd: int, output_size, options: dict):
     )
 
 
+def fractional_ops(nd: int, kernel, output_size, samples, options: dict):
+    """``(forward, backward)`` of ``fractional_max_pool{nd}d`` with
+    ``samples``."""
+    fwd = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    bwd = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    return (
+        lambda x: fwd(x, kernel, output_size, samples=samples, **options),
+        lambda g, x, i, **k: bwd(g, x, i, **options, **k),
+    )
+
+
 def check_pool(nd, shape, kwargs, rng, dtype, **options) -> None:
     """``max_pool{nd}d`` with ``kwargs`` against the oracle, bit for bit, on
     every input kind at once (``options``: more keyword arguments)."""
@@ -311,13 +322,20 @@ def check_adaptive(nd, shape, output_size, rng, dtype, **options) -> None:
 
 
 def check_drawn(case: dict, **options) -> tuple:
-    """A drawn case of ``cases.pool_cases`` or ``cases.adaptive_cases`` in its
-    layout against the oracle, bit for bit; returns the oracle's result."""
+    """A drawn case of ``cases.pool_cases``, ``cases.fractional_cases`` or
+    ``cases.adaptive_cases`` in its layout against the oracle, bit for bit;
+    returns the oracle's result."""
     nd, cl, dtype = case["nd"], case["channels_last"], case["dtype"]
     rng = np.random.default_rng(case["seed"])
     x = make_input(rng, case["shape"], dtype, case["kind"])
     kw = dict(channels_last=cl, **options)
-    if "kernel" in case:
+    if "kernel" in case and "output_size" in case:  # fractional
+        kernel, out = case["kernel"], case["output_size"]
+        samples = fractional_samples(rng, case["shape"], nd, dtype)
+        forward, backward = fractional_ops(nd, kernel, out, samples, kw)
+        planes = samples[0] if len(case["shape"]) == nd + 1 else samples
+        want = fractional_oracle(x, kernel, planes, out)
+    elif "kernel" in case:
         args = dict(
             kernel_size=case["kernel"],
             stride=case["stride"],

@@ -18,13 +18,22 @@ from __future__ import annotations
 import math
 
 import pytest
-from cases import ADAPTIVE, DTYPES, FRACTIONAL, POOLS, adaptive_cases, pool_cases
+from cases import (
+    ADAPTIVE,
+    DTYPES,
+    FRACTIONAL,
+    POOLS,
+    adaptive_cases,
+    fractional_cases,
+    pool_cases,
+)
 from helpers import (
     check_adaptive,
     check_against_oracle,
     check_drawn,
     check_pool,
     form_options,
+    fractional_ops,
     fractional_oracle,
     fractional_samples,
     make_planes,
@@ -32,8 +41,6 @@ from helpers import (
     row_dtypes,
 )
 from hypothesis import event, given, settings
-
-import jaxpool
 
 FULL = pytest.mark.full
 
@@ -111,34 +118,29 @@ def test_fractional_max_pool(name, dtype, form):
     rng = rng_for("fractional", name, dtype)
     x = make_planes(rng, shape, dtype)
     samples = fractional_samples(rng, x.shape, nd, dtype)
-    pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
-    backward = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    forward, backward = fractional_ops(nd, kernel, out, samples, {})
     planes = samples[0] if len(shape) == nd + 1 else samples
-    check_against_oracle(
-        lambda x: pool(x, kernel, out, samples=samples),
-        backward,
-        x,
-        fractional_oracle(x, kernel, planes, out),
-        nd,
-        rng,
-        dtype,
-    )
+    want = fractional_oracle(x, kernel, planes, out)
+    check_against_oracle(forward, backward, x, want, nd, rng, dtype)
 
 
 # The sweeps: fewer examples in the slower forms (each draws a new program).
 SWEEP_EXAMPLES = {"cpu": None, "default": 25, "tpu": 25, "pallas": 12}
+FRACTIONAL_EXAMPLES = 12
 SWEEP_FORMS = [
     "cpu",
     *(pytest.param(form, marks=FULL) for form in ("default", "tpu", "pallas")),
 ]
 
 
-def _sweep(form, run):
+def _sweep(form, run, most=None):
     """``run`` as a hypothesis test in ``form``: the profile's examples in the
-    CPU's forms, fewer in the others; the profile's in every form under the
-    thorough one, which is run on request (``--full -k "sweep and tpu"
-    --hypothesis-profile=thorough``: the TPU's forms)."""
+    CPU's forms, fewer in the others, at most ``most``; the profile's in every
+    form under the thorough one, which is run on request (``--full -k "sweep
+    and tpu" --hypothesis-profile=thorough``: the TPU's forms)."""
     examples = SWEEP_EXAMPLES[form]
+    if most is not None:
+        examples = most if examples is None else min(examples, most)
     thorough = settings.get_profile("thorough").max_examples
     if examples is None or settings.default.max_examples == thorough:
         return run
@@ -166,6 +168,30 @@ def test_max_pool_sweep(form):
             event("a window with no in-bounds tap")
 
     _sweep(form, run)()
+
+
+@pytest.mark.parametrize(
+    "form", ["cpu", *(pytest.param(f, marks=FULL) for f in ("default", "tpu"))]
+)
+def test_fractional_max_pool_sweep(form):
+    """Random fractional pools (no Pallas kernel): kernels, input sizes,
+    outputs from one window to the stride-1 pool's, layouts, batched or not,
+    dtypes (whose rounding moves PyTorch's window starts) and input kinds."""
+
+    @given(fractional_cases())
+    def run(case):
+        check_drawn(case, **form_options(form))
+        spatial = case["shape"][-case["nd"] :]
+        windows = zip(spatial, case["kernel"], case["output_size"], strict=True)
+        event(f"{case['nd']}-d, {case['dtype']}, {case['kind']}")
+        event("channels-last" if case["channels_last"] else "channels-first")
+        if any(o == n - k + 1 - (case["nd"] == 3) for n, k, o in windows):
+            event("an axis of the most windows")
+        if any(o == 1 for o in case["output_size"]):
+            event("an axis of one window")
+
+    # Each pool compiles several programs: fewer examples than the others'.
+    _sweep(form, run, most=FRACTIONAL_EXAMPLES)()
 
 
 @pytest.mark.parametrize("form", SWEEP_FORMS)
