@@ -401,10 +401,10 @@ def pool_cases(draw):
 @st.composite
 def fractional_cases(draw):
     """A random fractional pool: kernels, input sizes, outputs from one window
-    to the stride-1 pool's, layouts, batched or not, dtypes, input kinds, and
-    a seed for the input and the samples."""
+    to the most PyTorch allows, layouts, batched or not, dtypes, input kinds,
+    and a seed for the input and the samples."""
     nd = draw(st.integers(2, 3))
-    strict = nd == 3  # PyTorch's 3-D pool wants out + k - 1 < size, not <=
+    strict = int(nd == 3)  # PyTorch's 3-D pool wants out + k - 1 < size, not <=
     kernel, sizes, out = [], [], []
     for _ in range(nd):
         k = draw(st.integers(1, 3))

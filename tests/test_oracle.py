@@ -175,8 +175,9 @@ def test_max_pool_sweep(form):
 )
 def test_fractional_max_pool_sweep(form):
     """Random fractional pools (no Pallas kernel): kernels, input sizes,
-    outputs from one window to the stride-1 pool's, layouts, batched or not,
-    dtypes (whose rounding moves PyTorch's window starts) and input kinds."""
+    outputs from one window to the most PyTorch allows, layouts, batched or
+    not, dtypes (whose rounding moves PyTorch's window starts) and input
+    kinds."""
 
     @given(fractional_cases())
     def run(case):
