@@ -7,7 +7,7 @@ One line a program: the seconds to compile it and XLA's cost model's bytes
 accessed (an estimate, not a timing). The forward's window reduction once
 took a minute here over an integer division in its comparator, 50 s over a
 3-D stride-1 one that split each code twice an axis, and 40 s over an integer
-division in the decoding of the chosen codes (the performance page, "Compile
+division in the decoding of the chosen codes (the performance record, "Compile
 time").
 """
 
@@ -39,7 +39,7 @@ def main() -> None:
 
     # (label, shape, kernel, stride, padding): a 2-D pool, an I3D inception
     # branch's 3-D pool (stride 1) and one with strides (1, 1, 2), and two
-    # large 3-D stride-1 pools of the performance page's TPU table.
+    # large 3-D stride-1 pools of the performance record's TPU table.
     shapes = [
         ("8x64x64x32 k3 s2 p1", (8, 64, 64, 32), 3, 2, 1),
         ("2x32x96³ k3 s1 p1", (2, 32, 96, 96, 96), 3, 1, 1),

@@ -4,17 +4,17 @@ extra's libtpu):
 
     JAX_PLATFORMS=cpu python benchmarks/tpu_rules.py [--rule codes|planes] [--quick]
 
-- ``codes`` (``_tpu.coded``): with stride phases the sum compares each
+- ``codes`` (``_tpu.layout.coded``): with stride phases the sum compares each
   window's int8 tap number; at stride 1 it does only for channels-last 2-D
   pools, and reads the int32 indices elsewhere. Each stride-1 step compiled
   by index and by tap number.
-- ``planes`` (``_tpu.planes_minor``): the ``(n, c)`` planes stay in place
+- ``planes`` (``_tpu.layout.planes_minor``): the ``(n, c)`` planes stay in place
   where XLA lays the batch in the lanes (they are minor already). Each such
   step compiled with them moved behind the spatial axes and in place.
 
 Each is a train step (``jax.grad`` of ``"auto"``) beside ``jax.grad``
 through ``lax.reduce_window``: XLA's TPU cost model's bytes accessed,
-estimates, not timings. The performance page's tables ("Tap numbers at
+estimates, not timings. The performance record's tables ("Tap numbers at
 stride 1", "The planes in place where the batch takes the lanes") are this
 script's output.
 """
@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxpool import _tpu
 from jaxpool._args import PoolArgs
 from jaxpool._spec import pool_spec
+from jaxpool._tpu import layout
 from jaxpool._windows import with_spatial
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -87,7 +87,7 @@ QUICK_BATCH = [("3-D 128x2x5x6x7 k3 s2 p1", (128, 2, 5, 6, 7), (3, 2, 1), {})]
 
 
 class Rule(NamedTuple):
-    """A rule of ``_tpu``: the function patched, its two forms (a name and
+    """A rule of ``_tpu.layout``: the function patched, its two forms (a name and
     the function that forces it), which form it takes for a pool's spec and
     output grid, and the shapes it is measured on."""
 
@@ -110,14 +110,14 @@ RULES = {
             ("by index", _strided),
             ("by tap number", lambda spec: True),
         ),
-        lambda spec, out: "by tap number" if _tpu.coded(spec) else "by index",
+        lambda spec, out: "by tap number" if layout.coded(spec) else "by index",
         SHAPES,
         QUICK,
     ),
     "planes": Rule(
         "planes_minor",
         (("moved", lambda spec, shape: True), ("in place", lambda spec, shape: False)),
-        lambda spec, out: "moved" if _tpu.planes_minor(spec, out) else "in place",
+        lambda spec, out: "moved" if layout.planes_minor(spec, out) else "in place",
         BATCH_IN_LANES,
         QUICK_BATCH,
     ),
@@ -148,14 +148,14 @@ def measure(
     out = with_spatial(shape, spec.nd, spec.trail, spec.out_size)
     row: dict[str, Any] = {"program": label, "reduce_window": mb("reduce_window step")}
     row["taken"] = rule.taken(spec, out)
-    own = getattr(_tpu, rule.function)
+    own = getattr(layout, rule.function)
     try:
         for how, forced in rule.forms:
-            setattr(_tpu, rule.function, forced)
+            setattr(layout, rule.function, forced)
             jax.clear_caches()  # the kernels are traced once per spec
             row[how] = mb("step auto")
     finally:
-        setattr(_tpu, rule.function, own)
+        setattr(layout, rule.function, own)
         jax.clear_caches()
     return row
 
@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.rule or list(RULES):
         rule = RULES[name]
         forms = [how for how, _ in rule.forms]
-        print(f"\n{name} (_tpu.{rule.function}), MB; in bold the form it takes\n")
+        where = f"_tpu.layout.{rule.function}"
+        print(f"\n{name} ({where}), MB; in bold the form it takes\n")
         print(f"| train step `auto` | {' | '.join(forms)} | `reduce_window` |")
         print("|---|---|---|---|")
         for case in rule.quick if args.quick else rule.shapes:

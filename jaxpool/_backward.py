@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,13 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._columns import EMBEDDED, flat_offsets, per_window
 from ._planes import _flatten, accumulation_dtype, positive_zeros
 from ._windows import (
-    EMBEDDED,
     AxisWindows,
     PoolSpec,
-    flat_offsets,
-    per_window,
     row_major_strides,
     split,
 )
@@ -56,7 +55,7 @@ def covering_sum(
       indices: ``(*B, *O, *T)`` integer flat offsets into each ``S`` plane.
       x: shape ``(*B, *S, *T)`` and dtype of the result.
       spec: the pool.
-      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+      sharding: of the arrays built here (see ``_mesh.plane_sharding``).
       tangent: the sum of tangents, their zeros as they are.
     """
     axes, nd, trail = spec.axes, spec.nd, spec.trail
@@ -76,6 +75,23 @@ def covering_sum(
         g = g if tangent else positive_zeros(g)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total
+
+
+def gather_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    covering: Callable[..., jax.Array],
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any,
+) -> jax.Array:
+    """The ``"gather"`` backward with XLA's ``covering`` sum (:func:`covering_sum`
+    or, on a TPU, ``_tpu.covering_sum``): the windows that cover each element,
+    then the windows with no in-bounds tap (:func:`add_aliased`), rounded
+    once. ``sharding``: of the arrays built here (``_mesh.plane_sharding``)."""
+    total = covering(grad_output, indices, x, spec, sharding)
+    total = add_aliased(total, grad_output, indices, spec, sharding)
+    return total.astype(x.dtype)
 
 
 def add_aliased(
@@ -154,7 +170,7 @@ def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
 
 def _covering_row(w: AxisWindows, table: np.ndarray, m: int) -> Any:
     """Row ``m`` of ``table``, ``w.covering()``: embedded, or for regular
-    windows along an axis longer than ``_windows.EMBEDDED`` the same int32
+    windows along an axis longer than ``_columns.EMBEDDED`` the same int32
     values computed from an iota (windows ``first(p) .. last(p)`` hold
     position ``p``: those that end after it and start at or before it)."""
     if w.starts or w.size <= EMBEDDED:

@@ -176,7 +176,7 @@ def take_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
 def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
     """:func:`take_rows` without a gather, for a TPU (which has no vector
     gather, and whose gathers of rows XLA's cost model rates at more bytes:
-    the performance page, "Fractional pools"): per byte of the elements, a
+    the performance record, "Fractional pools"): per byte of the elements, a
     matmul of the int8 bytes with the one-hot rows, which sums one nonzero
     product, so every bit (NaN payloads, signed zeros) is kept. A row outside
     the axis picks zero bits."""
@@ -202,7 +202,7 @@ def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
 Takes = tuple[Callable[..., jax.Array], ...] | None
 # On a TPU: one-hot matmuls along both axes of a 2-D pool, gathers in 3-D,
 # whichever XLA's cost model for the v5e rates at fewer bytes (the
-# fractional programs of ``benchmarks/compiled.py``; the performance page,
+# fractional programs of ``benchmarks/compiled.py``; the performance record,
 # "Fractional pools").
 TPU_TAKES: dict[int, Takes] = {2: (matmul_rows, matmul_rows), 3: None}
 

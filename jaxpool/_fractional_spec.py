@@ -19,7 +19,6 @@ from jax.core import Tracer
 
 from ._args import FractionalArgs
 from ._checks import (
-    backward_sizes,
     check_algorithm,
     check_implementation,
     entries,
@@ -27,7 +26,7 @@ from ._checks import (
     spatial_sizes,
     static_bool,
 )
-from ._windows import Algorithm, FractionalSpec, split
+from ._windows import Algorithm, FractionalSpec, PoolSpec, split
 
 
 def _fractional_common(
@@ -160,17 +159,14 @@ def fractional_samples(
     return samples[:batch]
 
 
-def fractional_backward_spec(
-    name: str,
-    nd: int,
-    arrays: tuple[jax.Array, jax.ShapeDtypeStruct, jax.Array],
-    channels_last: Any,
-    algorithm: Any,
-    implementation: Any,
-) -> FractionalSpec:
-    """Validate a fractional backward: with ``arrays`` its ``(grad_output, x,
-    indices)``, the pool from ``x``'s shape to the spatial sizes of
-    ``grad_output``, and ``indices`` of ``grad_output``'s shape."""
-    cl, algorithm = _fractional_common(name, channels_last, algorithm, implementation)
-    spatial, out = backward_sizes(name, nd, arrays, cl)
-    return FractionalSpec(spatial, tuple(out), (1,) * nd, cl, algorithm)
+def fractional_backward_spec(name: str, adaptive: PoolSpec) -> FractionalSpec:
+    """A fractional backward's spec, from the adaptive backward's checks of its
+    arrays (``_spec.adaptive_backward_spec``: the pool from ``x``'s shape to
+    the spatial sizes of ``grad_output``, ``indices`` of ``grad_output``'s
+    shape), which are the same. Its kernel size is unused: the backward
+    needs only the indices."""
+    cl, algorithm = _fractional_common(
+        name, adaptive.channels_last, adaptive.algorithm, adaptive.implementation
+    )
+    ones = (1,) * adaptive.nd
+    return FractionalSpec(adaptive.in_size, adaptive.out_size, ones, cl, algorithm)

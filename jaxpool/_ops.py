@@ -965,9 +965,10 @@ def _fractional_backward(
 ) -> jax.Array:
     name = f"fractional_max_pool{nd}d_backward"
     grad_output, x, indices = _checks.backward_arrays(name, *arrays)
-    spec = _fractional_spec.fractional_backward_spec(
+    adaptive = _spec.adaptive_backward_spec(
         name, nd, (grad_output, x, indices), channels_last, algorithm, implementation
     )
+    spec = _fractional_spec.fractional_backward_spec(name, adaptive)
     return _core.backward(name, grad_output, indices, x, spec, check_indices)
 
 

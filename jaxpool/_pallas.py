@@ -39,13 +39,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from . import _backward
+from ._columns import coordinates, fill_empty
 from ._planes import accumulation_dtype, gather_at, in_plane, positive_zeros
 from ._windows import (
     INT32_MAX,
     AxisWindows,
     PoolSpec,
-    coordinates,
-    fill_empty,
     row_major_strides,
     split,
     with_spatial,
@@ -323,3 +322,16 @@ def _covering_sum_jvp(
     total = covering_sum(grad_output, indices, x, spec, interpret)
     tangent = _backward.covering_sum(grad_output_dot, indices, x, spec, tangent=True)
     return total, tangent
+
+
+def gather_sum(
+    grad_output: jax.Array,
+    indices: jax.Array,
+    spec: PoolSpec,
+    x: jax.ShapeDtypeStruct,
+    interpret: bool,
+) -> jax.Array:
+    """The ``"gather"`` backward with Pallas's covering sum, then the windows
+    with no in-bounds tap (``_backward.add_aliased``), rounded once."""
+    total: jax.Array = covering_sum(grad_output, indices, x, spec, interpret)
+    return _backward.add_aliased(total, grad_output, indices, spec).astype(x.dtype)

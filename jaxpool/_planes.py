@@ -140,7 +140,7 @@ def scatter(
         from checked in-plane offsets (``prod(x.shape)`` must fit int32);
         else a scatter batched over the non-spatial axes, which keeps them
         separate (so sharding over them needs no communication).
-      sharding: of the batched form's zeros (see ``_platform.plane_sharding``).
+      sharding: of the batched form's zeros (see ``_mesh.plane_sharding``).
 
     Returns:
       ``(*B, *S, *T)`` in ``x.dtype``.

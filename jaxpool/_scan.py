@@ -14,7 +14,7 @@ some axes (:func:`_pass`), starting every window at its first in-bounds tap
 (:func:`_first_tap`), or, along an axis of adaptive windows of two sizes, a
 running max of the smaller size extended by one tap (:func:`_two_size_pass`);
 and the values of windows with no in-bounds tap set to ``-inf``
-(``_windows.fill_empty``). How XLA should lay the scan out on each platform
+(``_columns.fill_empty``). How XLA should lay the scan out on each platform
 (:class:`ScanForm`) is the platform seam's choice.
 """
 
@@ -30,13 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._columns import fill_empty, per_window
 from ._fusion import materialize
 from ._planes import gather_at
 from ._windows import (
     AxisWindows,
     PoolSpec,
-    fill_empty,
-    per_window,
     row_major_strides,
     split,
 )
@@ -102,7 +101,7 @@ def window_argmax(
         the channels of a channels-last array.
       spec: the pool.
       form: how XLA lays the scan out.
-      sharding: of the arrays built here (see ``_platform.plane_sharding``).
+      sharding: of the arrays built here (see ``_mesh.plane_sharding``).
 
     Returns:
       ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,

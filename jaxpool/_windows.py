@@ -12,15 +12,11 @@ otherwise.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 # Indices are int32: the largest plane, and the largest flat offset into a
 # whole array that the CPU scatter forms (see ``_planes``).
@@ -233,83 +229,3 @@ def with_spatial(
 def row_major_strides(sizes: Sequence[int]) -> list[int]:
     """The flat-offset stride of each axis of a row-major array of ``sizes``."""
     return [math.prod(sizes[a + 1 :]) for a in range(len(sizes))]
-
-
-def coordinates(flat: jax.Array, sizes: Sequence[int]) -> list[jax.Array]:
-    """Row-major coordinates of non-negative int32 flat offsets into ``sizes``
-    (truncating division: the floor there, and plain in Triton too)."""
-    return [
-        lax.rem(lax.div(flat, jnp.int32(s)), jnp.int32(n))
-        for s, n in zip(row_major_strides(sizes), sizes, strict=True)
-    ]
-
-
-# A per-window column longer than this is computed from an iota where it is
-# an arithmetic progression or one run of True, rather than embedded: the
-# program's size then does not grow with the axis (the design page, "The
-# forward", has the measurements). Shorter ones stay constants, as every
-# compiled figure measured them (4 KB at most).
-EMBEDDED = 1024
-
-
-def per_window(column: np.ndarray, axis: int, shape: tuple[int, ...]) -> jax.Array:
-    """A per-window constant ``column`` along ``axis``, shaped to broadcast
-    against an array of ``shape``: the same values, of the dtype
-    ``jnp.asarray`` gives them, computed from an iota where :data:`EMBEDDED`
-    says so."""
-    column = np.asarray(column)
-    keep = [1] * len(shape)
-    keep[axis] = column.size
-    if column.size <= EMBEDDED:
-        return jnp.asarray(column.reshape(keep))
-    dtype = jax.dtypes.canonicalize_dtype(column.dtype)
-    i = lax.broadcasted_iota(jnp.int32, keep, axis)
-    if column.dtype == np.bool_:
-        run = np.flatnonzero(column)
-        lo, hi = (int(run[0]), int(run[-1]) + 1) if run.size else (0, 0)
-        if run.size == hi - lo:
-            return (i >= lo) & (i < hi)
-    elif np.issubdtype(column.dtype, np.integer):
-        start, step = int(column[0]), int(column[1] - column[0])
-        if np.array_equal(column, start + step * np.arange(column.size)):
-            return (i * step + start).astype(dtype)
-    return jnp.asarray(column.reshape(keep))
-
-
-def empty_windows(
-    axes: tuple[AxisWindows, ...], lead: int, shape: tuple[int, ...]
-) -> jax.Array | None:
-    """Whether each window has no in-bounds tap (possible with dilation), shaped
-    to broadcast against an array of ``shape`` whose spatial axes start at
-    ``lead``; ``None`` when every window has one."""
-    empty = [w.empty() for w in axes]
-    if not any(e.any() for e in empty):
-        return None
-    masks = [per_window(e, lead + a, shape) for a, e in enumerate(empty)]
-    return functools.reduce(jnp.logical_or, masks)
-
-
-def fill_empty(
-    arr: jax.Array, axes: tuple[AxisWindows, ...], lead: int, fill: float
-) -> jax.Array:
-    """``arr``, pooled (its spatial axes start at ``lead``), with ``fill`` for
-    every window with no in-bounds tap: ``-inf`` for its value, 0 for its
-    tangent, whatever element its index lands on."""
-    hollow = empty_windows(axes, lead, arr.shape)
-    if hollow is None:
-        return arr
-    return jnp.where(hollow, jnp.array(fill, arr.dtype), arr)
-
-
-def flat_offsets(
-    positions: Sequence[np.ndarray], in_size: tuple[int, ...], trail: int = 0
-) -> jax.Array:
-    """int32 flat offsets ``sum(pos[a] * plane_stride[a])``, shape ``(*P, 1 *
-    trail)`` where ``P`` are the positions' lengths."""
-    n = len(positions)
-    strides = row_major_strides(in_size)
-    shape = (1,) * (n + trail)
-    flat = jnp.zeros(shape, jnp.int32)
-    for a, (pos, stride) in enumerate(zip(positions, strides, strict=True)):
-        flat = flat + per_window((pos * stride).astype(np.int32), a, shape)
-    return flat

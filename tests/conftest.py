@@ -65,11 +65,17 @@ def _param(item) -> str | None:
 
 
 def _form(item) -> str | None:
-    """The kernel forms a test runs under (see ``helpers.use_forms``)."""
+    """The kernel forms a test runs under (see ``helpers.use_forms``): its
+    ``forms`` mark's, or its ``form`` parameter's. A test of the CPU's forms
+    (``form="cpu"``) emits them alone: its program is the one a CPU user's
+    compiles (lowering for one platform keeps that platform's branch alone),
+    without tracing the other platforms' forms, which their own tests trace
+    and run (a fifth of a grid test's time). On a GPU or TPU host the same
+    tests run the platform's own forms (``benchmarks/gpu_check.sh``)."""
     marker = item.get_closest_marker("forms")
-    if marker is not None:
-        return marker.args[0]
-    form = _param(item)
+    form = marker.args[0] if marker is not None else _param(item)
+    if form == "cpu":
+        return "cpu" if jax.default_backend() == "cpu" else None
     return form if form in ("default", "tpu") else None
 
 
@@ -89,7 +95,7 @@ def pytest_collection_modifyitems(config, items):
         if full:
             config.hook.pytest_deselected(items=full)
             items[:] = [item for item in items if not item.get_closest_marker("full")]
-    order = {None: 0, "cpu": 0, "default": 1, "tpu": 2}
+    order = {None: 0, "cpu": 1, "default": 2, "tpu": 3}
     items.sort(key=lambda item: (order[_form(item)], _for_other_platforms(item)))
 
 

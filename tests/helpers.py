@@ -391,6 +391,15 @@ def fractional_oracle(x, kernel, samples, out):
     return reference.fractional_max_pool(x, kernel, starts)
 
 
+def torch_fractional_pool(torch, nd: int, x, kernel, out, samples):
+    """PyTorch's ``fractional_max_pool{nd}d`` of the tensor ``x`` from
+    ``samples`` (NumPy, ``(N, C, nd)``): its ``(values, indices)``."""
+    pool = getattr(torch.nn.functional, f"fractional_max_pool{nd}d")
+    return pool(
+        x, kernel, out, return_indices=True, _random_samples=to_torch(torch, samples)
+    )
+
+
 def compare_torch(torch, forward, torch_forward, backward, x, nd, rng, dtype) -> None:
     """Values and indices identical to torch's; gradients within rounding.
 

@@ -1,13 +1,13 @@
-"""adaptive_max_pool2d: its windows, large planes, second order, transformations
-(the oracle grids are in tests/test_oracle.py, torch's in tests/test_torch.py)."""
+"""adaptive_max_pool{1,2,3}d, what is its own: its windows, the strided path of
+integer ratios, large planes (the oracle grids: test_oracle.py; torch's:
+test_torch.py; transformations: test_transforms.py)."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from helpers import assert_close, assert_same, make_input, require
-from jax.test_util import check_grads
+from helpers import assert_same, require
 
 import jaxpool
 
@@ -58,55 +58,3 @@ def test_large_plane_beyond_float32_window_arithmetic():
     )
     assert_same(values, tv.numpy(), "values")
     assert_same(indices, ti.numpy().astype(np.int32), "indices")
-
-
-def test_check_grads_order_2_float64():
-    with jax.enable_x64(True):
-        rng = np.random.default_rng(0)
-        x = jnp.asarray(rng.permutation(9 * 11).reshape(1, 1, 9, 11) * 0.1)
-        w = jnp.asarray(rng.standard_normal((1, 1, 4, 5)))
-        check_grads(
-            lambda x: w * jaxpool.adaptive_max_pool2d(x, (4, 5))[0] ** 2,
-            (x,),
-            order=2,
-            modes=["rev"],
-            eps=1e-3,
-        )
-
-
-def test_grad_of_grad_matches_torch_double_backward():
-    torch = require("torch")
-    rng = np.random.default_rng(4)
-    x = rng.permutation(2 * 3 * 10 * 9).reshape(2, 3, 10, 9) * 0.01
-    w = rng.standard_normal((2, 3, 4, 3))
-    v = rng.standard_normal(x.shape)
-
-    def loss(x, w):
-        return jnp.sum(w * jaxpool.adaptive_max_pool2d(x, (4, 3))[0] ** 3)
-
-    with jax.enable_x64(True):
-        outer = lambda x, w: jnp.sum(v * jax.grad(loss)(x, w))  # noqa: E731
-        gx, gw = jax.grad(outer, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w))
-    xt = torch.from_numpy(x).requires_grad_()
-    wt = torch.from_numpy(w).requires_grad_()
-    yt, _ = torch.nn.functional.adaptive_max_pool2d(xt, (4, 3), return_indices=True)
-    (gt,) = torch.autograd.grad((wt * yt**3).sum(), xt, create_graph=True)
-    gxt, gwt = torch.autograd.grad((torch.from_numpy(v) * gt).sum(), (xt, wt))
-    assert np.abs(gxt.numpy()).max() > 0
-    assert_close(gx, gxt.numpy(), "float64", "d/dx")
-    assert_close(gw, gwt.numpy(), "float64", "d/dw")
-
-
-def test_jit_and_vmap():
-    x = make_input(np.random.default_rng(5), (3, 2, 2, 10, 9), "float32", "nan")
-    f = lambda x: jaxpool.adaptive_max_pool2d(x, (3, 4))  # noqa: E731
-    values, indices = jax.jit(jax.vmap(f))(x)
-    for b in range(3):
-        vb, ib = f(x[b])
-        assert_same(values[b], vb)
-        assert_same(indices[b], ib)
-    g = jnp.ones_like(values)
-    grads = jax.vmap(jaxpool.adaptive_max_pool2d_backward)(g, x, indices)
-    for b in range(3):
-        want = jaxpool.adaptive_max_pool2d_backward(g[b], x[b], indices[b])
-        assert_same(grads[b], want)

@@ -12,11 +12,12 @@ import jaxpool
 
 OPTIONAL = {"jaxpool.nnx": "flax", "jaxpool.linen": "flax", "jaxpool.eqx": "equinox"}
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(jaxpool.__path__, "jaxpool."))
+MODULES = sorted(m.name for m in pkgutil.walk_packages(jaxpool.__path__, "jaxpool."))
 
 
 def test_every_module_is_listed():
     assert "jaxpool._ops" in MODULES and "jaxpool.reference" in MODULES
+    assert "jaxpool._tpu.forward" in MODULES  # a package's modules too
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -480,7 +480,153 @@ def _unpool_cases():
         )
 
 
-FAMILY = [*_pool_cases(), *_adaptive_cases(), *_unpool_cases()]
+# Fractional pools: (nd, kwargs, exception, pattern) on x of (2, 3, 8, 9) or
+# (2, 3, 8, 8, 8) with zero samples.
+FX = {2: jnp.zeros((2, 3, 8, 9)), 3: jnp.zeros((2, 3, 8, 8, 8))}
+FRACTIONAL_ARGS = [
+    (2, dict(kernel_size=2), ValueError, r"exactly one of `output_size` and "),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, output_ratio=0.5),
+        ValueError,
+        r"exactly one of `output_size` and `output_ratio`.*output_size=3, "
+        r"output_ratio=0.5",
+    ),
+    (2, dict(kernel_size=0, output_size=3), ValueError, r"`kernel_size` must be posi"),
+    (2, dict(kernel_size=(2, 2, 2), output_size=3), ValueError, r"`kernel_size`"),
+    (2, dict(kernel_size=2.0, output_size=3), TypeError, r"`kernel_size` must contain"),
+    (2, dict(kernel_size=2, output_size=(3, 3, 3)), ValueError, r"`output_size`"),
+    (2, dict(kernel_size=2, output_size=(8, 8)), ValueError, r".*at most the input"),
+    (3, dict(kernel_size=2, output_size=(2, 7, 2)), ValueError, r".*less than the in"),
+    (
+        2,
+        dict(kernel_size=3, output_size=(7, 3)),
+        ValueError,
+        r"`output_size` \+ `kernel_size` - 1 must be at most the input size per "
+        r"axis, got output_size=\(7, 3\) for kernel_size=\(3, 3\) and input spatial "
+        r"size \(8, 9\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=1.0),
+        ValueError,
+        r"`output_ratio` must lie in \(0, 1\) per axis, got output_ratio=1.0",
+    ),
+    (2, dict(kernel_size=2, output_ratio=(0.5, 0.0)), ValueError, r".*in \(0, 1\)"),
+    (2, dict(kernel_size=2, output_ratio="0.5"), ValueError, r"`output_ratio` must"),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=(True, 0.5)),
+        TypeError,
+        r"`output_ratio` must contain static Python numbers, got \(True, 0.5\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=(0.5, None)),
+        TypeError,
+        r"`output_ratio` must contain numbers, got \(0.5, None\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_ratio=0.05),
+        ValueError,
+        r".*output size must be >=",
+    ),
+    (
+        2,
+        dict(kernel_size=5, output_ratio=0.9),
+        ValueError,
+        r".*got output_ratio=0.9 \(output size \(7, 8\)\) for kernel_size=\(5, 5\)",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, implementation="pallas"),
+        ValueError,
+        r"`implementation` must be None or 'xla'",
+    ),
+    (
+        2,
+        dict(kernel_size=2, output_size=3, algorithm="fast"),
+        ValueError,
+        r"`algorithm` must be one of",
+    ),
+]
+X2F, S2 = FX[2], jnp.zeros((2, 3, 2))
+# (x, samples, key, exception, pattern) of fractional_max_pool2d(x, 2, 3, ...).
+FRACTIONAL_SAMPLES = [
+    (X2F, None, None, ValueError, r"exactly one of `samples` and `key`.*neither"),
+    (X2F, S2, jax.random.key(0), ValueError, r"exactly one of `samples`.*both"),
+    (
+        X2F,
+        S2.astype(jnp.bfloat16),
+        None,
+        TypeError,
+        r"`samples` must have the dtype of `x` \(float32\), got bfloat16",
+    ),
+    (
+        X2F,
+        jnp.zeros((1, 3, 2)),
+        None,
+        ValueError,
+        r"`samples` must have shape \(N, C, 2\) with N >= 2, C=3, for x of shape "
+        r"\(2, 3, 8, 9\), got shape \(1, 3, 2\)",
+    ),
+    (X2F, jnp.zeros((2, 3, 3)), None, ValueError, r"`samples`.*\(2, 3, 3\)"),
+    (X2F, jnp.zeros((3, 2)), None, ValueError, r"`samples`.*got shape \(3, 2\)"),
+    (
+        X2F[0],
+        jnp.zeros((2, 2)),
+        None,
+        ValueError,
+        r"`samples`.*\(N, C, 2\) with N >= 1 or \(C, 2\), C=3.*got shape \(2, 2\)",
+    ),
+    (X2F, None, 3, TypeError, r"`key` must be a JAX PRNG key, got 3"),
+    (X2F.astype(jnp.int32), S2, None, TypeError, r"`x` must have a floating"),
+    (X2F[0, 0], S2, None, ValueError, r"`x` must have 3 or 4 dimensions"),
+]
+
+
+def _fractional_cases():
+    for nd, kwargs, exc, pattern in FRACTIONAL_ARGS:
+        fwd = getattr(jaxpool, f"fractional_max_pool{nd}d")
+        samples = jnp.zeros((2, 3, nd))
+        yield (
+            fwd.__name__,
+            partial(fwd, FX[nd], samples=samples, **kwargs),
+            exc,
+            pattern,
+        )
+    fwd = jaxpool.fractional_max_pool2d
+    for x, samples, key, exc, pattern in FRACTIONAL_SAMPLES:
+        call = partial(fwd, x, 2, 3, samples=samples, key=key)
+        yield fwd.__name__, call, exc, pattern
+    bwd = jaxpool.fractional_max_pool3d_backward
+    name = bwd.__name__
+    x, g = jnp.zeros((1, 2, 6, 6, 6)), jnp.zeros((1, 2, 3, 3, 3))
+    i = g.astype(jnp.int32)
+    yield name, partial(bwd, g[0], x, i[0]), ValueError, r"`grad_output` must have th"
+    yield (
+        name,
+        partial(bwd, g, x, jnp.zeros((1, 2, 3, 3, 2), int)),
+        ValueError,
+        r"`indices` must have `grad_output`'s shape",
+    )
+    yield name, partial(bwd, g, x, g), TypeError, r"`indices` must have an integer"
+    yield (
+        name,
+        partial(bwd, g, x, i, implementation="pallas"),
+        ValueError,
+        r"`implementation` must be None or 'xla'",
+    )
+    yield (
+        name,
+        partial(bwd, g, x, i, algorithm="fast"),
+        ValueError,
+        r"`algorithm` must be one of",
+    )
+
+
+FAMILY = [*_pool_cases(), *_adaptive_cases(), *_unpool_cases(), *_fractional_cases()]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -494,15 +640,16 @@ def test_every_public_function_rejects_bad_input(name, call, exc, pattern, jit):
     the same when the arrays are traced under jit."""
     if jit:
         arrays = {k: v for k, v in call.keywords.items() if isinstance(v, jax.Array)}
+        static = {k: v for k, v in call.keywords.items() if k not in arrays}
         args = [a for a in call.args if isinstance(a, jax.Array)]
         statics = [a for a in call.args if not isinstance(a, jax.Array)]
-        assert not arrays and call.args[: len(args)] == tuple(args)
+        assert call.args[: len(args)] == tuple(args)
 
-        def call_jitted(*arrays):
-            return call.func(*arrays, *statics, **call.keywords)
+        def call_jitted(args, arrays):
+            return call.func(*args, *statics, **static, **arrays)
 
         with _raises(exc, name, pattern):
-            jax.jit(call_jitted)(*args)
+            jax.jit(call_jitted)(args, arrays)
     else:
         with _raises(exc, name, pattern):
             call()

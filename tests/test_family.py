@@ -124,6 +124,7 @@ LAYOUT_CASES = [
 ]
 
 
+@pytest.mark.forms("cpu")  # the numbers of the CPU's program in both layouts
 @pytest.mark.parametrize("algorithm", ["scatter", "gather"])
 @pytest.mark.parametrize(
     "name, nd, shape, op", LAYOUT_CASES, ids=[case[0] for case in LAYOUT_CASES]

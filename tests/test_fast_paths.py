@@ -17,7 +17,7 @@ from helpers import assert_same, cotangent, make_planes, np_dtype, rng_for
 from jax.sharding import AxisType
 
 import jaxpool
-from jaxpool import _planes, _platform, _scan, reference
+from jaxpool import _planes, _policy, _scan, reference
 from jaxpool._args import PoolArgs
 from jaxpool._fusion import materialize
 from jaxpool._spec import pool_spec
@@ -188,7 +188,7 @@ def test_flat_and_batched_scatters_equal_the_oracle(
     flat = ops(g, indices)
     assert traced, "the flat form was not built"
     traced.clear()
-    monkeypatch.setattr(_platform, "INT32_MAX", 0)
+    monkeypatch.setattr(_policy, "INT32_MAX", 0)
     jax.clear_caches()
     batched = jax.jit(ops.__wrapped__)(g, indices)
     assert not traced, "the batched run built the flat form"
@@ -200,7 +200,7 @@ def test_flat_and_batched_scatters_equal_the_oracle(
 def test_flat_form_is_chosen_only_below_the_limit(monkeypatch, retrace):
     """The seam picks the flat scatter only while every offset into the whole
     array, and the out-of-bounds one, fits int32 (here lowered to 64)."""
-    monkeypatch.setattr(_platform, "INT32_MAX", 64)
+    monkeypatch.setattr(_policy, "INT32_MAX", 64)
     built = []
     scatter = _planes.scatter
     monkeypatch.setattr(

@@ -1,32 +1,31 @@
-"""fractional_max_pool{2,3}d: PyTorch's windows in every dtype, against the NumPy
-oracle and PyTorch's CPU kernels (torch==2.13.0), gradients, errors, keys."""
+"""fractional_max_pool{2,3}d, what is its own: PyTorch's window starts in every
+dtype (against the NumPy oracle and torch's kernels), its layouts and output
+ratios, its deterministic backwards, its row picks, its samples and keys.
+(The oracle grids: test_oracle.py; torch's: test_torch.py; errors, layers and
+transformations: test_errors.py, test_modules.py, test_transforms.py.)"""
 
 from __future__ import annotations
 
-import importlib
-import re
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cases import DTYPES, FRACTIONAL_WINDOWS, TORCH_FRACTIONAL
+from cases import DTYPES, FRACTIONAL_WINDOWS
 from helpers import (
     assert_same,
     cotangent,
     fractional_oracle,
     fractional_samples,
-    from_torch,
     make_input,
-    make_planes,
     np_dtype,
     platform_forms,
     precision,
     require,
     rng_for,
-    row_dtypes,
     to_torch,
+    torch_fractional_pool,
 )
 
 import jaxpool
@@ -149,7 +148,7 @@ def test_starts_past_the_last_are_clipped_where_torch_fails_its_assertion(torch)
     u = np.zeros((1, 1, 2), np_dtype("bfloat16"))
     x = make_input(rng_for("clip"), (1, 1, 1, 898), "bfloat16", "random")
     with pytest.raises(RuntimeError, match="INTERNAL ASSERT FAILED"):
-        torch_pool(torch, 2, to_torch(torch, x), (1, 2), (1, 894), u)
+        torch_fractional_pool(torch, 2, to_torch(torch, x), (1, 2), (1, 894), u)
     starts = reference.fractional_starts(u[0, :, 0], 898, 894, 2)
     assert starts.max() == 896 and (starts[0, -3:] == 896).all()
     got = jaxpool.fractional_max_pool2d(x, (1, 2), (1, 894), samples=u)
@@ -182,58 +181,6 @@ def test_channels_last_and_ratio_forms_equal_the_channels_first_op(dtype):
         np.moveaxis(g, -1, 1), x, want[1]
     )
     assert_same(np.moveaxis(np.asarray(grad), -1, 1), want_grad)
-
-
-# ------------------------------------------------------------------- torch
-
-
-def torch_pool(torch, nd, x, kernel, out, samples):
-    pool = getattr(torch.nn.functional, f"fractional_max_pool{nd}d")
-    return pool(
-        x, kernel, out, return_indices=True, _random_samples=to_torch(torch, samples)
-    )
-
-
-@pytest.mark.parametrize(
-    "case, dtype",
-    [
-        pytest.param(case, dtype, marks=marks)
-        for case in range(len(TORCH_FRACTIONAL))
-        for dtype, marks in row_dtypes(case)
-    ],
-)
-def test_matches_torch(torch, case, dtype):
-    """Values, indices and the gradient (small-integer cotangents: exact in
-    any order and dtype) equal PyTorch's, from the same samples."""
-    nd, shape, kernel, out = TORCH_FRACTIONAL[case]
-    rng = rng_for("fractional-torch", case, dtype)
-    x = make_planes(rng, shape, dtype)
-    samples = fractional_samples(rng, x.shape, nd, dtype)
-    xt = to_torch(torch, x).requires_grad_()
-    tv, ti = torch_pool(torch, nd, xt, kernel, out, samples)
-    g = cotangent(rng, tuple(tv.shape), dtype)
-    tv.backward(to_torch(torch, g))
-    with precision(dtype):
-        pool = partial(POOL[nd], kernel_size=kernel, output_size=out, samples=samples)
-        (values, indices), vjp = jax.vjp(pool, jnp.asarray(x))
-        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
-        gather = BACKWARD[nd](g, x, ti.numpy(), algorithm="gather")
-    assert_same(values, from_torch(torch, tv), "values")
-    assert_same(indices, ti.numpy().astype(np.int32), "indices")
-    assert_same(grad, from_torch(torch, xt.grad), "grad")
-    assert_same(gather, from_torch(torch, xt.grad), "gather backward from torch")
-
-
-def test_nan_rule_and_ties_are_torchs(torch):
-    x = np.array([[[[1.0, np.nan, 3.0, np.nan], [2.0, 5.0, 5.0, 0.0]]]], np.float32)
-    samples = np.full((1, 1, 2), 0.3, np.float32)
-    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
-    assert np.isnan(got[0]).all() and got[1].ravel().tolist() == [3]  # last NaN
-    x[0, 0, 0, [1, 3]] = 5.0
-    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
-    assert got[1].ravel().tolist() == [1]  # first maximum
-    want = torch_pool(torch, 2, to_torch(torch, x), (2, 4), 1, samples)
-    assert got[1].ravel().tolist() == want[1].ravel().tolist()
 
 
 # ----------------------------------------------------- backward and keys
@@ -369,53 +316,6 @@ def test_vmap_over_unbatched_inputs_and_samples_is_the_batched_op():
     assert_same(got[1], want[1])
 
 
-def test_jit_grad_and_second_order():
-    x = make_input(rng_for("jit"), (2, 2, 9, 9, 9), "float32", "random")
-    key = jax.random.key(3)
-
-    def loss(x, key):
-        values, _ = jaxpool.fractional_max_pool3d(x, 2, (4, 5, 3), key=key)
-        return jnp.sum(values**2)
-
-    grad = jax.jit(jax.grad(loss))(x, key)
-    assert_same(grad, jax.grad(loss)(x, key))
-    _, indices = jaxpool.fractional_max_pool3d(x, 2, (4, 5, 3), key=key)
-    indices = np.asarray(indices)
-
-    def at_indices(a):
-        flat = np.take_along_axis(a.reshape(2, 2, -1), indices.reshape(2, 2, -1), -1)
-        return flat.reshape(indices.shape)
-
-    want = reference.scatter_add(2 * at_indices(x), indices, (9, 9, 9))
-    np.testing.assert_allclose(grad, want, rtol=1e-6)
-    # The Hessian-vector product of sum(values**2): the scatter of 2 * v[index].
-    v = rng_for("hvp").standard_normal(x.shape).astype(np.float32)
-    hvp = jax.jvp(lambda x: jax.grad(loss)(x, key), (x,), (jnp.asarray(v),))[1]
-    want = reference.scatter_add(2 * at_indices(v), indices, (9, 9, 9))
-    np.testing.assert_allclose(hvp, want, rtol=1e-6)
-
-
-@pytest.mark.parametrize("algorithm", ["scatter", "gather"])
-def test_backward_is_differentiable(algorithm):
-    """The backward's VJP in ``grad_output`` is the gather at the indices (to
-    the sign of zero: JAX transposes the gather's reads into adds to +0.0)."""
-    rng = rng_for("backward-vjp", algorithm)
-    x = make_input(rng, (2, 3, 9, 8), "float32", "ties")
-    _, indices = jaxpool.fractional_max_pool2d(x, 2, 4, key=jax.random.key(1))
-    g = cotangent(rng, indices.shape, "float32")
-    backward = partial(
-        jaxpool.fractional_max_pool2d_backward,
-        x=x,
-        indices=indices,
-        algorithm=algorithm,
-    )
-    ct = cotangent(rng, x.shape, "float32")
-    (got,) = jax.vjp(backward, jnp.asarray(g))[1](jnp.asarray(ct))
-    flat = ct.reshape(2, 3, -1)
-    want = np.take_along_axis(flat, np.asarray(indices).reshape(2, 3, -1), -1)
-    assert_same(got, want.reshape(indices.shape), signed_zeros=False)
-
-
 def test_auto_backward_is_the_scatter_on_cpu_and_the_gather_elsewhere():
     """Lowered for each platform from this CPU machine: the accelerators'
     program has the deterministic gather, with neither a scatter nor a sort
@@ -435,130 +335,6 @@ def test_auto_backward_is_the_scatter_on_cpu_and_the_gather_elsewhere():
     assert_same(exported.call(x), grad(x))
 
 
-# ------------------------------------------------------------------ errors
-
-X2 = jnp.zeros((2, 3, 8, 9))
-S2 = jnp.zeros((2, 3, 2))
-X3 = jnp.zeros((2, 3, 8, 8, 8))
-S3 = jnp.zeros((2, 3, 3))
-
-# (function, kwargs, exception, pattern after "<function>: ")
-BAD = [
-    (2, dict(kernel_size=2), ValueError, r"exactly one of `output_size` and "),
-    (
-        2,
-        dict(kernel_size=2, output_size=3, output_ratio=0.5),
-        ValueError,
-        r"exactly one of `output_size` and `output_ratio`.*output_size=3, "
-        r"output_ratio=0.5",
-    ),
-    (2, dict(kernel_size=0, output_size=3), ValueError, r"`kernel_size` must be posi"),
-    (2, dict(kernel_size=(2, 2, 2), output_size=3), ValueError, r"`kernel_size`"),
-    (2, dict(kernel_size=2.0, output_size=3), TypeError, r"`kernel_size` must contain"),
-    (2, dict(kernel_size=2, output_size=(3, 3, 3)), ValueError, r"`output_size`"),
-    (2, dict(kernel_size=2, output_size=(8, 8)), ValueError, r".*at most the input"),
-    (3, dict(kernel_size=2, output_size=(2, 7, 2)), ValueError, r".*less than the in"),
-    (
-        2,
-        dict(kernel_size=3, output_size=(7, 3)),
-        ValueError,
-        r"`output_size` \+ `kernel_size` - 1 must be at most the input size per "
-        r"axis, got output_size=\(7, 3\) for kernel_size=\(3, 3\) and input spatial "
-        r"size \(8, 9\)",
-    ),
-    (
-        2,
-        dict(kernel_size=2, output_ratio=1.0),
-        ValueError,
-        r"`output_ratio` must lie in \(0, 1\) per axis, got output_ratio=1.0",
-    ),
-    (2, dict(kernel_size=2, output_ratio=(0.5, 0.0)), ValueError, r".*in \(0, 1\)"),
-    (2, dict(kernel_size=2, output_ratio="0.5"), ValueError, r"`output_ratio` must"),
-    (
-        2,
-        dict(kernel_size=2, output_ratio=0.05),
-        ValueError,
-        r".*output size must be >=",
-    ),
-    (
-        2,
-        dict(kernel_size=5, output_ratio=0.9),
-        ValueError,
-        r".*got output_ratio=0.9 \(output size \(7, 8\)\) for kernel_size=\(5, 5\)",
-    ),
-    (
-        2,
-        dict(kernel_size=2, output_size=3, implementation="pallas"),
-        ValueError,
-        r"`implementation` must be None or 'xla'",
-    ),
-    (
-        2,
-        dict(kernel_size=2, output_size=3, algorithm="fast"),
-        ValueError,
-        r"`algorithm` must be one of",
-    ),
-]
-
-
-def _raises(exc, fn, pattern):
-    return pytest.raises(exc, match=re.escape(f"{fn}: ") + pattern)
-
-
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("nd, kwargs, exc, pattern", BAD)
-def test_bad_arguments(nd, kwargs, exc, pattern, jit):
-    pool = partial(POOL[nd], **kwargs)
-    x, samples = (X2, S2) if nd == 2 else (X3, S3)
-    with _raises(exc, f"fractional_max_pool{nd}d", pattern):
-        (jax.jit(pool) if jit else pool)(x, samples=samples)
-
-
-@pytest.mark.parametrize(
-    "x, samples, key, exc, pattern",
-    [
-        (X2, None, None, ValueError, r"exactly one of `samples` and `key`.*neither"),
-        (X2, S2, jax.random.key(0), ValueError, r"exactly one of `samples`.*both"),
-        (
-            X2,
-            S2.astype(jnp.bfloat16),
-            None,
-            TypeError,
-            r"`samples` must have the dtype of `x` \(float32\), got bfloat16",
-        ),
-        (
-            X2,
-            jnp.zeros((1, 3, 2)),
-            None,
-            ValueError,
-            r"`samples` must have shape \(N, C, 2\) with N >= 2, C=3, for x of shape "
-            r"\(2, 3, 8, 9\), got shape \(1, 3, 2\)",
-        ),
-        (
-            X2,
-            jnp.zeros((2, 3, 3)),
-            None,
-            ValueError,
-            r"`samples`.*got shape \(2, 3, 3\)",
-        ),
-        (X2, jnp.zeros((3, 2)), None, ValueError, r"`samples`.*got shape \(3, 2\)"),
-        (
-            X2[0],
-            jnp.zeros((2, 2)),
-            None,
-            ValueError,
-            r"`samples`.*\(N, C, 2\) with N >= 1 or \(C, 2\), C=3.*got shape \(2, 2\)",
-        ),
-        (X2, None, 3, TypeError, r"`key` must be a JAX PRNG key, got 3"),
-        (X2.astype(jnp.int32), S2, None, TypeError, r"`x` must have a floating"),
-        (X2[0, 0], S2, None, ValueError, r"`x` must have 3 or 4 dimensions"),
-    ],
-)
-def test_bad_samples_and_inputs(x, samples, key, exc, pattern):
-    with _raises(exc, "fractional_max_pool2d", pattern):
-        jaxpool.fractional_max_pool2d(x, 2, 3, samples=samples, key=key)
-
-
 def test_pytorch_sample_forms_are_accepted():
     """PyTorch's ``N' >= N`` rows (the first used) and, unbatched, ``(1, C,
     nd)``, besides ``(C, nd)``."""
@@ -572,104 +348,3 @@ def test_pytorch_sample_forms_are_accepted():
     assert_same(
         jaxpool.fractional_max_pool3d(x[1], 2, 3, samples=samples[1])[1], one[1]
     )
-
-
-def test_bad_backward_arrays():
-    name = "fractional_max_pool3d_backward"
-    x = jnp.zeros((1, 2, 6, 6, 6))
-    g = jnp.zeros((1, 2, 3, 3, 3))
-    with _raises(ValueError, name, r"`grad_output` must have the shape of `x`"):
-        jaxpool.fractional_max_pool3d_backward(g[0], x, g[0].astype(jnp.int32))
-    with _raises(ValueError, name, r"`indices` must have `grad_output`'s shape"):
-        jaxpool.fractional_max_pool3d_backward(g, x, jnp.zeros((1, 2, 3, 3, 2), int))
-    with _raises(TypeError, name, r"`indices` must have an integer dtype"):
-        jaxpool.fractional_max_pool3d_backward(g, x, g)
-    with _raises(ValueError, name, r"`implementation` must be None or 'xla'"):
-        jaxpool.fractional_max_pool3d_backward(
-            g, x, g.astype(jnp.int32), implementation="pallas"
-        )
-
-
-# ------------------------------------------------------------------ layers
-
-
-def test_nnx_layer_draws_from_its_stream_at_every_call():
-    require("flax.nnx")
-    nnx = importlib.import_module("flax.nnx")
-    from jaxpool import nnx as jpnnx
-
-    x = make_input(rng_for("nnx"), (2, 9, 10, 3), "float32", "random")  # N H W C
-    kw = dict(output_ratio=0.5, return_indices=True)
-    layer = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
-    first, second = layer(x), layer(x)
-    assert first[0].shape == (2, 4, 5, 3)
-    assert (np.asarray(first[1]) != np.asarray(second[1])).any()  # new samples
-    again = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
-    assert_same(again(x)[1], first[1])  # the same stream, the same samples
-    flat = np.moveaxis(x, -1, 1).reshape(2, 3, -1)
-    picked = np.take_along_axis(
-        flat, np.moveaxis(np.asarray(first[1]), -1, 1).reshape(2, 3, -1), -1
-    )
-    assert_same(np.moveaxis(np.asarray(first[0]), -1, 1).reshape(2, 3, -1), picked)
-    samples = rng_for("nnx-samples").random((2, 3, 2)).astype(np.float32)
-    want = jaxpool.fractional_max_pool2d(
-        x, 2, output_ratio=0.5, samples=samples, channels_last=True
-    )
-    got = layer(x, samples)
-    assert_same(got[0], want[0])
-    assert_same(got[1], want[1])
-    # Under nnx.jit the stream advances too, and the gradient flows.
-    values = jpnnx.FractionalMaxPool3d((2, 1, 2), (2, 3, 2), rngs=nnx.Rngs(1))
-
-    @nnx.jit
-    def step(layer, x):
-        return nnx.grad(lambda layer, x: jnp.sum(layer(x) ** 2), argnums=1)(layer, x)
-
-    x5 = jnp.asarray(
-        make_input(rng_for("nnx-3d"), (1, 5, 6, 5, 2), "float32", "random")
-    )
-    g1, g2 = step(values, x5), step(values, x5)
-    assert float(jnp.abs(g1).sum()) > 0
-    assert (np.asarray(g1) != np.asarray(g2)).any()
-    with pytest.raises(ValueError, match=r"FractionalMaxPool2d: give `rngs`"):
-        jpnnx.FractionalMaxPool2d(2, 3)(x)
-
-
-def test_linen_layer_draws_from_make_rng():
-    require("flax.linen")
-    from jaxpool import linen as jplinen
-
-    x = make_input(rng_for("linen"), (2, 9, 10, 3), "float32", "random")
-    layer = jplinen.FractionalMaxPool2d(
-        kernel_size=2, output_size=(4, 5), return_indices=True
-    )
-    key = jax.random.key(0)
-    first = jax.jit(layer.apply)({}, x, rngs={"fractional": key})
-    assert_same(layer.apply({}, x, rngs={"fractional": key})[1], first[1])
-    other = layer.apply({}, x, rngs={"fractional": jax.random.key(1)})
-    assert (np.asarray(other[1]) != np.asarray(first[1])).any()
-    samples = rng_for("linen-samples").random((2, 3, 2)).astype(np.float32)
-    want = jaxpool.fractional_max_pool2d(
-        x, 2, (4, 5), samples=samples, channels_last=True
-    )
-    assert_same(layer.apply({}, x, samples)[1], want[1])
-
-
-def test_equinox_layer_takes_a_key_at_call():
-    require("equinox")
-    from jaxpool import eqx as jpeqx
-
-    x = make_input(rng_for("eqx"), (4, 3, 7, 8, 9), "float32", "random")  # N C D H W
-    layer = jpeqx.FractionalMaxPool3d(2, (3, 4, 4), return_indices=True)
-    assert jax.tree_util.tree_leaves(layer) == []  # every argument is static
-    keys = jax.random.split(jax.random.key(0), 4)
-    values, indices = jax.vmap(lambda x, k: layer(x, key=k))(x, keys)
-    for n in range(4):
-        want = jaxpool.fractional_max_pool3d(x[n], 2, (3, 4, 4), key=keys[n])
-        assert_same(values[n], want[0])
-        assert_same(indices[n], want[1])
-    samples = rng_for("eqx-samples").random((3, 3)).astype(np.float32)
-    want = jaxpool.fractional_max_pool3d(x[0], 2, (3, 4, 4), samples=samples)
-    assert_same(layer(x[0], samples)[1], want[1])
-    with pytest.raises(ValueError, match=r"exactly one of `samples` and `key`"):
-        layer(x[0])

@@ -196,6 +196,156 @@ def test_layers_validate_their_arguments(eqx, nnx):
         jpeqx.MaxUnpool3d(2, padding=2)(X5[0], X5[0].astype(np.int32))
 
 
+# ---------------------------------------------------- every family, every framework
+
+SAMPLES = rng_for("modules-samples").random((2, 3, 2)).astype(np.float32)
+# name: (layer class name, constructor arguments, the functional op on a
+# channels-last (N, *S, C) input, whose values and indices the layer's equal).
+FAMILIES = {
+    "pool": (
+        "MaxPool3d",
+        dict(kernel_size=3, stride=2, padding=1),
+        lambda x: jaxpool.max_pool3d_with_argmax(x, 3, 2, 1, channels_last=True),
+    ),
+    "adaptive": (
+        "AdaptiveMaxPool2d",
+        dict(output_size=(3, 4)),
+        lambda x: jaxpool.adaptive_max_pool2d(x, (3, 4), channels_last=True),
+    ),
+    "fractional": (
+        "FractionalMaxPool2d",
+        dict(kernel_size=2, output_size=(4, 5)),
+        lambda x: jaxpool.fractional_max_pool2d(
+            x, 2, (4, 5), samples=SAMPLES, channels_last=True
+        ),
+    ),
+}
+
+
+def _layer_output(framework, name, kwargs, x):
+    """``(values, indices)`` of the layer ``name`` of ``framework`` on the
+    channels-last ``x``: NNX and Linen take it as it is, Equinox a
+    channels-first example at a time (vmapped); fractional layers are given
+    :data:`SAMPLES`."""
+    module = importlib.import_module(f"jaxpool.{framework}")
+    extra = (SAMPLES,) if name.startswith("Fractional") else ()
+    if framework == "eqx":
+        layer = getattr(module, name)(**kwargs, return_indices=True)
+        first = np.moveaxis(x, -1, 1)
+        if extra:
+            out = jax.vmap(lambda x, s: layer(x, s))(first, SAMPLES)
+        else:
+            out = jax.vmap(layer)(first)
+        return tuple(np.moveaxis(np.asarray(o), 1, -1) for o in out)
+    layer = getattr(module, name)(**kwargs, return_indices=True)
+    if framework == "linen":
+        return layer.apply({}, x, *extra)
+    return layer(x, *extra)
+
+
+@pytest.mark.parametrize("framework", ["nnx", "linen", "eqx"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_layer_is_its_function(framework, family):
+    """Each op family's layer, in each framework, returns its function's
+    values and indices (the unpools: test_nnx_layers_equal_the_functional_ops
+    and the Equinox conventions below)."""
+    require("equinox" if framework == "eqx" else "flax")
+    name, kwargs, function = FAMILIES[family]
+    x = X5 if name.endswith("3d") else X4
+    values, indices = _layer_output(framework, name, kwargs, x)
+    want = function(x)
+    assert_same(values, want[0], "values")
+    assert_same(indices, want[1], "indices")
+
+
+def test_nnx_layer_draws_from_its_stream_at_every_call():
+    require("flax.nnx")
+    nnx = importlib.import_module("flax.nnx")
+    from jaxpool import nnx as jpnnx
+
+    x = make_input(rng_for("nnx"), (2, 9, 10, 3), "float32", "random")  # N H W C
+    kw = dict(output_ratio=0.5, return_indices=True)
+    layer = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
+    first, second = layer(x), layer(x)
+    assert first[0].shape == (2, 4, 5, 3)
+    assert (np.asarray(first[1]) != np.asarray(second[1])).any()  # new samples
+    again = jpnnx.FractionalMaxPool2d(2, rngs=nnx.Rngs(0), **kw)
+    assert_same(again(x)[1], first[1])  # the same stream, the same samples
+    flat = np.moveaxis(x, -1, 1).reshape(2, 3, -1)
+    picked = np.take_along_axis(
+        flat, np.moveaxis(np.asarray(first[1]), -1, 1).reshape(2, 3, -1), -1
+    )
+    assert_same(np.moveaxis(np.asarray(first[0]), -1, 1).reshape(2, 3, -1), picked)
+    samples = rng_for("nnx-samples").random((2, 3, 2)).astype(np.float32)
+    want = jaxpool.fractional_max_pool2d(
+        x, 2, output_ratio=0.5, samples=samples, channels_last=True
+    )
+    got = layer(x, samples)
+    assert_same(got[0], want[0])
+    assert_same(got[1], want[1])
+    # Under nnx.jit the stream advances too, and the gradient flows.
+    values = jpnnx.FractionalMaxPool3d((2, 1, 2), (2, 3, 2), rngs=nnx.Rngs(1))
+
+    @nnx.jit
+    def step(layer, x):
+        return nnx.grad(lambda layer, x: jnp.sum(layer(x) ** 2), argnums=1)(layer, x)
+
+    x5 = jnp.asarray(
+        make_input(rng_for("nnx-3d"), (1, 5, 6, 5, 2), "float32", "random")
+    )
+    g1, g2 = step(values, x5), step(values, x5)
+    assert float(jnp.abs(g1).sum()) > 0
+    assert (np.asarray(g1) != np.asarray(g2)).any()
+    with pytest.raises(ValueError, match=r"FractionalMaxPool2d: give `rngs`"):
+        jpnnx.FractionalMaxPool2d(2, 3)(x)
+    # A stream is forked as nnx.Rngs' is: the same samples as from its Rngs.
+    stream = nnx.Rngs(0)["fractional"]
+    from_stream = jpnnx.FractionalMaxPool2d(2, rngs=stream, **kw)
+    assert_same(from_stream(x)[1], first[1])
+    with pytest.raises(TypeError, match=r"`rngs` must be an nnx.Rngs or nnx.RngS"):
+        jpnnx.FractionalMaxPool2d(2, 3, rngs=jax.random.key(0))
+
+
+def test_linen_layer_draws_from_make_rng():
+    require("flax.linen")
+    from jaxpool import linen as jplinen
+
+    x = make_input(rng_for("linen"), (2, 9, 10, 3), "float32", "random")
+    layer = jplinen.FractionalMaxPool2d(
+        kernel_size=2, output_size=(4, 5), return_indices=True
+    )
+    key = jax.random.key(0)
+    first = jax.jit(layer.apply)({}, x, rngs={"fractional": key})
+    assert_same(layer.apply({}, x, rngs={"fractional": key})[1], first[1])
+    other = layer.apply({}, x, rngs={"fractional": jax.random.key(1)})
+    assert (np.asarray(other[1]) != np.asarray(first[1])).any()
+    samples = rng_for("linen-samples").random((2, 3, 2)).astype(np.float32)
+    want = jaxpool.fractional_max_pool2d(
+        x, 2, (4, 5), samples=samples, channels_last=True
+    )
+    assert_same(layer.apply({}, x, samples)[1], want[1])
+
+
+def test_equinox_layer_takes_a_key_at_call():
+    require("equinox")
+    from jaxpool import eqx as jpeqx
+
+    x = make_input(rng_for("eqx"), (4, 3, 7, 8, 9), "float32", "random")  # N C D H W
+    layer = jpeqx.FractionalMaxPool3d(2, (3, 4, 4), return_indices=True)
+    assert jax.tree_util.tree_leaves(layer) == []  # every argument is static
+    keys = jax.random.split(jax.random.key(0), 4)
+    values, indices = jax.vmap(lambda x, k: layer(x, key=k))(x, keys)
+    for n in range(4):
+        want = jaxpool.fractional_max_pool3d(x[n], 2, (3, 4, 4), key=keys[n])
+        assert_same(values[n], want[0])
+        assert_same(indices[n], want[1])
+    samples = rng_for("eqx-samples").random((3, 3)).astype(np.float32)
+    want = jaxpool.fractional_max_pool3d(x[0], 2, (3, 4, 4), samples=samples)
+    assert_same(layer(x[0], samples)[1], want[1])
+    with pytest.raises(ValueError, match=r"exactly one of `samples` and `key`"):
+        layer(x[0])
+
+
 @pytest.mark.parametrize(
     "module, blocked, extra",
     [

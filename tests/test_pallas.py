@@ -21,7 +21,7 @@ from helpers import assert_same, cotangent, make_input, rng_for
 from jax import export
 
 import jaxpool
-from jaxpool import _platform
+from jaxpool import _policy
 
 # The full tier (tests/conftest.py): the Pallas kernels are a kernel form.
 pytestmark = pytest.mark.full
@@ -160,7 +160,7 @@ def test_none_is_xla_until_measured():
     gather backward slower than XLA's scatter, its Triton backend deprecated):
     ``None`` is XLA everywhere, so the default program exports for every
     platform at once."""
-    assert frozenset() == _platform.PALLAS_ON_GPU
+    assert frozenset() == _policy.PALLAS_ON_GPU
     assert TRITON not in _lowered("cuda")
 
 
@@ -170,7 +170,7 @@ def test_none_decides_at_trace_time(monkeypatch, retrace):
     ``lax.platform_dependent``: on a CPU host it stays XLA, so a multi-platform
     export still works; on a GPU host the program holds the Triton kernels.
     Both hosts are patched in, so that the test asserts the same on either."""
-    monkeypatch.setattr(_platform, "PALLAS_ON_GPU", frozenset({"forward", "backward"}))
+    monkeypatch.setattr(_policy, "PALLAS_ON_GPU", frozenset({"forward", "backward"}))
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     jax.clear_caches()
     assert TRITON not in _lowered("cuda")  # traced on a CPU host

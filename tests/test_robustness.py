@@ -23,7 +23,7 @@ from jax import export
 from jax.experimental import checkify
 
 import jaxpool
-from jaxpool import _backward, _windows, reference
+from jaxpool import _backward, _columns, _windows, reference
 
 # Every op that takes user indices, as (name, fn(values, indices, x) -> result,
 # the plane size P of x) on x of shape (2, 3, 4, 4) and indices (2, 3, 2, 2).
@@ -38,6 +38,19 @@ INDEX_OPS = {
     ),
     "max_unpool2d": lambda g, i, **kw: jaxpool.max_unpool2d(
         g, i, output_size=(4, 4), **kw
+    ),
+    # A 3-D plane of 4 x 4 x 1, x as a ShapeDtypeStruct (as the VJP keeps it).
+    "max_pool3d_with_argmax_backward": lambda g, i, **kw: (
+        jaxpool.max_pool3d_with_argmax_backward(
+            g[..., None],
+            jax.ShapeDtypeStruct((*X.shape, 1), X.dtype),
+            i[..., None],
+            (2, 2, 1),
+            **kw,
+        )[..., 0]
+    ),
+    "fractional_max_pool2d_backward": lambda g, i, **kw: (
+        jaxpool.fractional_max_pool2d_backward(g, X, i, **kw)
     ),
 }
 
@@ -71,6 +84,10 @@ def test_bad_indices_are_dropped_exactly(name, jit, dtype):
     assert_same(got, want)
     assert got[0, 0, 3, 3] == G[0, 0, 1, 1]  # -1 did not wrap onto offset 15
     assert got[0, 2].sum() == G[0, 2].sum()  # the next plane got only its own
+    if name == "max_unpool2d":  # its gradient reads nothing at a dropped index
+        grad = jax.grad(lambda g: fn(g, indices).sum())(G)
+        assert grad[0, 0, 0, 0] == 0 and grad[0, 1, 0, 1] == 0 and grad[1, 2, 1, 1] == 0
+        assert float(grad.sum()) == G.size - 3
 
 
 @pytest.mark.parametrize("name", INDEX_OPS)
@@ -79,7 +96,7 @@ def test_checked_mode_reports_the_first_bad_index_under_jit(name):
     err, out = checkify.checkify(fn)(G, jnp.asarray(_hostile_indices()))
     with pytest.raises(
         checkify.JaxRuntimeError,
-        match=rf"{name}: `indices` holds -1 at position \[0 0 0 0\], outside the "
+        match=rf"{name}: `indices` holds -1 at position \[0 0 0 0( 0)?\], outside the "
         r"plane \[0, 16\)",
     ):
         err.throw()
@@ -88,7 +105,9 @@ def test_checked_mode_reports_the_first_bad_index_under_jit(name):
     indices = np.tile(np.array([[0, 5], [10, 15]], np.int32), (2, 3, 1, 1))
     indices[1, 2, 0, 1] = 16
     err, _ = checkify.checkify(fn)(G, jnp.asarray(indices))
-    with pytest.raises(checkify.JaxRuntimeError, match=r"16 at position \[1 2 0 1\]"):
+    with pytest.raises(
+        checkify.JaxRuntimeError, match=r"16 at position \[1 2 0 1( 0)?\]"
+    ):
         err.throw()
     indices[1, 2, 0, 1] = 1
     err, _ = checkify.checkify(fn)(G, jnp.asarray(indices))
@@ -167,17 +186,17 @@ def test_a_long_axis_embeds_no_constant_of_its_length(name):
         )
         return grad, gather, jaxpool.max_unpool1d(values, indices, 2)
 
-    largest = _largest_constant(step, (2, 4 * _windows.EMBEDDED))
-    assert largest <= _windows.EMBEDDED, largest
+    largest = _largest_constant(step, (2, 4 * _columns.EMBEDDED))
+    assert largest <= _columns.EMBEDDED, largest
 
 
 def test_columns_computed_for_long_axes_are_the_embedded_ones(monkeypatch):
     """The computed columns equal the ones they replace, with
-    ``_windows.EMBEDDED`` at 0 so that every axis computes them: the windows
+    ``_columns.EMBEDDED`` at 0 so that every axis computes them: the windows
     with no in-bounds tap (from their first non-negative tap), each row of the
     deterministic backward's covering table (from an iota), and per-window
     columns of each kind (a progression, a run of True; others embedded)."""
-    monkeypatch.setattr(_windows, "EMBEDDED", 0)
+    monkeypatch.setattr(_columns, "EMBEDDED", 0)
     monkeypatch.setattr(_backward, "EMBEDDED", 0)
     for size, taps, stride, offset, dilation in itertools.product(
         (5, 12), (1, 2, 3), (1, 2, 3), (-4, -1, 0, 2), (1, 3)
@@ -200,7 +219,7 @@ def test_columns_computed_for_long_axes_are_the_embedded_ones(monkeypatch):
         np.array([0, 1, 3]),  # no progression: embedded
     ]
     for column in columns:
-        got = _windows.per_window(column, 1, (2, column.size, 3))
+        got = _columns.per_window(column, 1, (2, column.size, 3))
         want = jnp.asarray(column.reshape(1, -1, 1))
         assert got.shape == want.shape and got.dtype == want.dtype, column
         assert np.array_equal(got, want), column

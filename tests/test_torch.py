@@ -9,19 +9,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cases import DTYPES, TORCH_ADAPTIVE, TORCH_POOLS, TORCH_UNPOOLS
+from cases import DTYPES, TORCH_ADAPTIVE, TORCH_FRACTIONAL, TORCH_POOLS, TORCH_UNPOOLS
 from helpers import (
     assert_same,
     compare_torch,
+    cotangent,
     form_options,
+    fractional_samples,
     from_torch,
     make_input,
     make_planes,
     np_dtype,
     precision,
     require,
+    rng_for,
     row_dtypes,
     to_torch,
+    torch_fractional_pool,
 )
 
 import jaxpool
@@ -54,6 +58,8 @@ def _grid(table, pallas):
 GRIDS = {
     "TORCH_POOLS": (TORCH_POOLS, _grid(TORCH_POOLS, pallas=(0, 2, 5, 6))),
     "TORCH_ADAPTIVE": (TORCH_ADAPTIVE, _grid(TORCH_ADAPTIVE, pallas=(0, 2, 5))),
+    # Fractional pools have no Pallas kernel.
+    "TORCH_FRACTIONAL": (TORCH_FRACTIONAL, _grid(TORCH_FRACTIONAL, pallas=())),
 }
 
 
@@ -110,6 +116,45 @@ def test_adaptive_max_pool_matches_torch(torch, case, dtype, form):
         rng,
         dtype,
     )
+
+
+@pytest.mark.parametrize("case, dtype, form", GRIDS["TORCH_FRACTIONAL"][1])
+def test_fractional_max_pool_matches_torch(torch, case, dtype, form):
+    """Values, indices and the gradient (small-integer cotangents: exact in
+    any order and dtype) equal PyTorch's, from the same samples; so does the
+    deterministic backward of torch's indices."""
+    del form  # the CPU's forms
+    nd, shape, kernel, out = TORCH_FRACTIONAL[case]
+    rng = rng_for("fractional-torch", case, dtype)
+    x = make_planes(rng, shape, dtype)
+    samples = fractional_samples(rng, x.shape, nd, dtype)
+    xt = to_torch(torch, x).requires_grad_()
+    tv, ti = torch_fractional_pool(torch, nd, xt, kernel, out, samples)
+    g = cotangent(rng, tuple(tv.shape), dtype)
+    tv.backward(to_torch(torch, g))
+    pool = getattr(jaxpool, f"fractional_max_pool{nd}d")
+    backward = getattr(jaxpool, f"fractional_max_pool{nd}d_backward")
+    with precision(dtype):
+        pool = functools.partial(pool, kernel_size=kernel, output_size=out)
+        (values, indices), vjp = jax.vjp(lambda x: pool(x, samples=samples), x)
+        (grad,) = vjp((jnp.asarray(g), np.zeros(indices.shape, jax.dtypes.float0)))
+        gather = backward(g, x, ti.numpy(), algorithm="gather")
+    assert_same(values, from_torch(torch, tv), "values")
+    assert_same(indices, ti.numpy().astype(np.int32), "indices")
+    assert_same(grad, from_torch(torch, xt.grad), "grad")
+    assert_same(gather, from_torch(torch, xt.grad), "gather backward from torch")
+
+
+def test_fractional_nan_rule_and_ties_are_torchs(torch):
+    x = np.array([[[[1.0, np.nan, 3.0, np.nan], [2.0, 5.0, 5.0, 0.0]]]], np.float32)
+    samples = np.full((1, 1, 2), 0.3, np.float32)
+    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
+    assert np.isnan(got[0]).all() and got[1].ravel().tolist() == [3]  # last NaN
+    x[0, 0, 0, [1, 3]] = 5.0
+    got = jaxpool.fractional_max_pool2d(x, (2, 4), 1, samples=samples)
+    assert got[1].ravel().tolist() == [1]  # first maximum
+    want = torch_fractional_pool(torch, 2, to_torch(torch, x), (2, 4), 1, samples)
+    assert got[1].ravel().tolist() == want[1].ravel().tolist()
 
 
 # name: (the op, its keyword arguments, torch's and jaxpool's alike).

@@ -29,9 +29,9 @@ from helpers import (
 )
 
 import jaxpool
-from jaxpool import _tpu
 from jaxpool._args import PoolArgs
 from jaxpool._spec import pool_spec
+from jaxpool._tpu import backward, forward, layout
 from jaxpool._windows import AxisWindows
 
 # Every test here runs with the TPU's forms (tests/conftest.py); the oracle
@@ -67,19 +67,34 @@ def test_code_widths_are_the_ones_named():
     int8, int16, flat int32 (``None``)."""
     widths = []
     for k, s in ((2, 2), (3, 2), (4, 2), (17, 4)):
-        readings = [_tpu._reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
-        widths.append(_tpu._code_dtype(readings))
+        readings = [forward.reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
+        widths.append(forward.code_dtype(readings))
     assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
+
+
+@pytest.mark.parametrize(
+    "divisor, bound, reciprocal",
+    [(8, 1000, True), (3, 1000, True), (127, 4_000, True), (3, 50_000, False)],
+    ids=["power of two", "small", "int8 codes", "past int32"],
+)
+def test_division_by_a_constant_is_floor_division(divisor, bound, reciprocal):
+    """The codes' decoding divides by a multiply and a shift where one holds
+    for every code below ``bound`` without overflowing int32 (a shift alone
+    for a power of two), else by ``//``: each equals floor division."""
+    found = forward._reciprocal(divisor, bound)
+    assert (found is not None) == reciprocal
+    x = jnp.arange(bound, dtype=jnp.int32)
+    assert np.array_equal(forward._div(x, divisor, bound), np.arange(bound) // divisor)
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
 # moved behind the spatial axes where that pads a TPU's tiles less (not where
 # XLA lays the batch in the lanes, and channels-last only where it lays a
-# spatial axis there: _tpu.planes_minor),
-# on the axes of _tpu.plane_axes: their own where the channels fill the lanes,
+# spatial axis there: layout.planes_minor),
+# on the axes of layout.plane_axes: their own where the channels fill the lanes,
 # else one, or tiles' rows; it matches the windows'
 # indices (stride 1) or, with several stride phases, their tap numbers
-# (_tpu.coded). Cases: (shape, args, channels_last, the planes' axes or None
+# (layout.coded). Cases: (shape, args, channels_last, the planes' axes or None
 # where they stay, coded).
 ORDER_CASES = {
     "own layout, k3 s1 p1, indices": ((2, 3, 9, 10, 11), (3, 1, 1), False, None, False),
@@ -159,9 +174,9 @@ ORDER_CASES = {
 def _assert_planes(spec, shape, planes):
     """The dense backward keeps the planes in place (``planes`` None) or moves
     them onto the axes ``planes``."""
-    assert _tpu.planes_minor(spec, shape) == (planes is not None)
+    assert layout.planes_minor(spec, shape) == (planes is not None)
     if planes is not None:
-        assert _tpu.plane_axes(spec, shape) == planes
+        assert layout.plane_axes(spec, shape) == planes
 
 
 @pytest.mark.parametrize("name", ORDER_CASES)
@@ -178,7 +193,7 @@ def test_backward_order_is_the_gathers(name):
     values, indices = pool(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args, channels_last=channels_last))
     _assert_planes(spec, indices.shape, planes)
-    assert _tpu.coded(spec) == by_number
+    assert layout.coded(spec) == by_number
     w = jnp.asarray(np.random.default_rng(5).standard_normal(values.shape), jnp.float32)
 
     def grad(x):
@@ -192,11 +207,11 @@ def test_backward_order_is_the_gathers(name):
 
 
 # With stride phases, the phases are summed phase-major in one loop
-# (_tpu._phase_major_sum; a tap of another phase adds +0.0), in the arrays' own
+# (backward.phase_major_sum; a tap of another phase adds +0.0), in the arrays' own
 # layout and where the planes take two axes behind the spatial ones (tiles'
 # rows or their own), 16-bit gradients too, but not where they take one
-# (_tpu.phase_major).
-# Channels-last 2-D pools read tap numbers with stride 1 too (_tpu.coded): one
+# (layout.phase_major).
+# Channels-last 2-D pools read tap numbers with stride 1 too (layout.coded): one
 # phase, in the same loops.
 # Cases: (shape, args, channels_last, dtype, the planes' axes or None where
 # they stay, phase-major).
@@ -351,16 +366,16 @@ def test_phase_major_sum_is_the_phases_to_the_sign_of_zero(name, monkeypatch):
         return np.asarray(jax.grad(loss)(x), np.float32)
 
     calls = []
-    phase_major_sum = _tpu._phase_major_sum
+    phase_major_sum = backward.phase_major_sum
     monkeypatch.setattr(
-        _tpu, "_phase_major_sum", lambda *a: calls.append(1) or phase_major_sum(*a)
+        backward, "phase_major_sum", lambda *a: calls.append(1) or phase_major_sum(*a)
     )
     got = grad(x)
     assert bool(calls) == phase_major
     monkeypatch.setattr(  # the phases' own loops, as before it
-        _tpu,
-        "_phase_major_sum",
-        lambda g, k, acc, spec, lead: _tpu._phase_sum(g, k, acc, spec, lead, None),
+        backward,
+        "phase_major_sum",
+        lambda g, k, acc, spec, lead: backward.phase_sum(g, k, acc, spec, lead, None),
     )
     phases = grad(x)
     assert_same(got, phases)  # to the sign of zero
@@ -391,7 +406,7 @@ def test_tap_numbers_drop_what_the_gather_drops(shape, planes):
     values, indices = jaxpool.max_pool3d_with_argmax(x, *args)
     spec = pool_spec("t", 3, x.shape, PoolArgs(*args))
     _assert_planes(spec, indices.shape, planes)
-    assert _tpu.coded(spec)
+    assert layout.coded(spec)
     plane = 7 * 8 * 9
     hostile = np.array(indices)
     # Each out-of-plane index planted where floor division would wrap it into
@@ -448,7 +463,7 @@ def test_grad_of_grad_is_the_scans(shape, args):
 
 # The adaptive forward's stages code the chosen element's offset along the
 # axes reduced so far in the narrowest integer holding every offset and, past
-# them, the initial value (``_tpu._code_type``): each width at its edges, in
+# them, the initial value (``layout.code_type``): each width at its edges, in
 # the copied form and the dilated one. Rows: (shape, output_size).
 STAGE_WIDTHS = {
     "int8, offsets 0..126 (1d 127 -> 50, copied)": ((1, 1, 127), (50,)),
@@ -477,7 +492,7 @@ def test_every_stage_code_width_chooses_as_the_scan(name):
 
 
 # Adaptive pools whose axis in the TPU's lanes is one window reduction over
-# that axis dilated (``_tpu._stage``): sizes with a common factor
+# that axis dilated (``forward.stage``): sizes with a common factor
 # (16 -> 6: dilated 3-fold) and without, channels-last, 3-D, 16-bit, an
 # output larger than the input, and an axis after it carrying its offsets.
 # Rows: (nd, shape, output_size, channels_last, dtype).

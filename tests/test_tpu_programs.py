@@ -54,7 +54,7 @@ def test_tpu_forward_is_window_reductions(name):
     """One variadic window reduction; for adaptive windows (each of these
     ops has an axis of windows of two sizes), one reduction per spatial axis:
     each axis of two sizes of window in the stage's lanes (the last, here) a
-    window reduction over it dilated (``_tpu._stage``), the others
+    window reduction over it dilated (``_tpu.forward.stage``), the others
     a plain variadic reduction over the taps of a copy of that axis (where
     the lanes hold the batch, every axis:
     :func:`test_tpu_adaptive_forward_copies_where_the_batch_takes_the_lanes`),

@@ -1,5 +1,6 @@
-"""Every JAX transformation through both ops and both backward ops (forward mode
-and second order through every op: test_second_order.py)."""
+"""Every JAX transformation through every op family's forward and backward ops:
+strided, adaptive and fractional pools (forward mode and second order through
+every op: test_second_order.py; the unpool's: test_unpool.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from helpers import assert_close, assert_same, cotangent, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
-from jaxpool import _core, _platform, reference
+from jaxpool import _backward, _core, _platform, reference
+
+SAMPLES = np.random.default_rng(15).random((2, 3, 2))
 
 
 class Op(NamedTuple):
@@ -41,6 +44,22 @@ OPS = {
         jaxpool.adaptive_max_pool2d_backward,
         lambda torch, x: torch.nn.functional.adaptive_max_pool2d(
             x, (4, 3), return_indices=True
+        ),
+    ),
+    # Fixed samples, in x's dtype as the op requires (and as torch draws its
+    # windows from them).
+    "fractional_max_pool2d": Op(
+        (2, 3, 10, 9),
+        lambda x, **kw: jaxpool.fractional_max_pool2d(
+            x, 2, (4, 3), samples=jnp.asarray(SAMPLES, jnp.asarray(x).dtype), **kw
+        ),
+        jaxpool.fractional_max_pool2d_backward,
+        lambda torch, x: torch.nn.functional.fractional_max_pool2d(
+            x,
+            2,
+            (4, 3),
+            return_indices=True,
+            _random_samples=torch.from_numpy(SAMPLES).to(x.dtype),
         ),
     ),
 }
@@ -411,8 +430,9 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
 
     forward = counting(_platform.forward, "forward")
     monkeypatch.setattr(_core, "_forward", _platform.traced_once(forward, 1))
-    gather = counting(_platform._gather_sum, "gather")
-    monkeypatch.setattr(_platform, "_gather", _platform.traced_once(gather, (2, 3, 4)))
+    gather = counting(_backward.gather_sum, "gather")
+    traced_gather = _platform.traced_once(gather, (2, 3, 4, 5))
+    monkeypatch.setattr(_platform, "_gather_sum", traced_gather)
     window = dict(kernel_size=3, stride=2, padding=1)  # overlapping: GPU's gather
 
     def f(x):

@@ -4,6 +4,7 @@ import inspect
 import io
 import json
 
+import numpy as np
 import pytest
 from helpers import require
 
@@ -60,3 +61,13 @@ def test_verify_rejects_a_missing_device():
     with pytest.raises(SystemExit) as exit_info:
         verify.main(["--quick", "--device", "tpu"])
     assert exit_info.value.code == 2
+
+
+def test_a_result_of_another_shape_or_dtype_is_a_failure_not_a_crash():
+    """A kernel returning the wrong shape or dtype fails its row, naming both
+    (rather than raising out of the comparison)."""
+    check = verify._same("values", np.zeros((2, 3)), np.zeros((2, 2)))
+    assert not check.passed and check.where == "(2, 3) float64 != (2, 2) float64"
+    check = verify._same("indices", np.zeros(3, np.int64), np.zeros(3, np.int32))
+    assert not check.passed and "int64 != (3,) int32" in check.where
+    assert verify._mismatches(np.zeros(4), np.zeros(5)) == 5

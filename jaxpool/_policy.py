@@ -1,0 +1,242 @@
+"""The policy: which algorithm and which kernel form run, as pure functions.
+
+Each rule is a function of the spec, the platform a program is lowered for
+(``"cpu"``, ``"gpu"`` or ``"tpu"``) and the :class:`Environment`: the
+installed jaxlib, ``XLA_FLAGS``, JAX's default backend and whether a mesh is
+in context. Nothing here traces or reads the process but
+:func:`environment`, so the rules are tested from a table
+(``tests/test_policy.py``); the platform seam (``_platform``) asks them and
+emits the forms. Why each rule chose what it chose, with the measurements, is
+in the performance docs and ``benchmarks/results/NOTES.md``.
+
+The backward is two choices: the algorithm (``algorithm=``, the user's: the
+scatter or the deterministic gather; :func:`algorithm` resolves ``"auto"``)
+and the form that runs it (:func:`backward_form`). The fractional pools have
+their own (:func:`fractional_algorithm`, :func:`fractional_forms`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import NamedTuple
+
+import jax
+import jaxlib.version
+
+from . import _scan, _tpu
+from ._windows import INT32_MAX, Algorithm, FractionalSpec, Implementation, PoolSpec
+
+PLATFORMS = ("cpu", "gpu", "tpu")
+# The TPU's forms of the forward and of the deterministic backward (``_tpu``).
+TPU = "tpu"
+# The backward's other forms: the scatter-add (``_planes``), the
+# deterministic covering sum in XLA (``_backward``) or in Pallas
+# (``_pallas``).
+SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
+# The fractional forward's forms: each tap read by element gathers, or the
+# windows of the stride-1 pool picked by whole rows, with a gather or (on a
+# TPU) one-hot matmuls; the deterministic backward's picks are the same
+# (``_fractional``).
+TAPS, ROWS, MATMUL = "taps", "rows", "matmul"
+
+# The kernels for which an H200 run measured Pallas faster than XLA's forms,
+# so that implementation=None takes Pallas there on a GPU: none. On the H200
+# (2026-12-04, jax 0.11.2) the Pallas forward was faster only on strided
+# windows, its gather backward slower wherever windows overlap, and jax
+# deprecates Pallas's Triton backend (docs/performance.md, "Pallas on GPU").
+PALLAS_ON_GPU: frozenset[str] = frozenset()
+
+# The jaxlib from which XLA compiles a GPU float scatter-add to a native
+# atomic add instead of a compare-and-swap loop (LLVM's NVPTX back end allows
+# flush-to-zero float atomics by default from there; jax-ml/jax#38806).
+NATIVE_ATOMICS_FROM = (0, 11, 1)
+# XLA's switches that make a GPU program deterministic: under either, XLA
+# rewrites every scatter into a sort-based one (or refuses it).
+DETERMINISM_FLAGS = (
+    "xla_gpu_deterministic_ops",
+    "xla_gpu_exclude_nondeterministic_ops",
+)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """``(major, minor, patch)`` of a version string such as ``0.11.1.dev2``."""
+    parts = version.split(".")[:3]
+    return tuple(int(re.sub(r"\D.*", "", part) or 0) for part in parts)
+
+
+JAXLIB = release(jaxlib.version.__version__)
+
+
+class Environment(NamedTuple):
+    """What the rules read besides the spec and the platform."""
+
+    jaxlib: tuple[int, ...] = JAXLIB
+    xla_flags: tuple[tuple[str, str], ...] = ()  # (name, value), in order
+    backend: str = "cpu"  # JAX's default backend: where None picks Pallas
+    mesh: bool = False  # a mesh in context, or typed on the arrays
+
+
+def parse_flags(text: str) -> tuple[tuple[str, str], ...]:
+    """``XLA_FLAGS`` as ``(name, value)`` pairs (``"true"`` for a bare
+    ``--name``)."""
+    pairs = []
+    for token in text.split():
+        name, _, value = token.lstrip("-").partition("=")
+        pairs.append((name, value or "true"))
+    return tuple(pairs)
+
+
+def environment(mesh: bool) -> Environment:
+    """The environment of a program traced now: :data:`JAXLIB`, ``XLA_FLAGS``
+    and the default backend as they are when it is traced."""
+    flags = parse_flags(os.environ.get("XLA_FLAGS", ""))
+    return Environment(JAXLIB, flags, jax.default_backend(), mesh)
+
+
+def implementation(spec: PoolSpec, kernel: str, env: Environment) -> Implementation:
+    """The implementation of ``kernel`` (``"forward"`` or ``"backward"``) that
+    runs: the spec's, or for ``None`` Pallas where :data:`PALLAS_ON_GPU` names
+    the kernel and the default backend is a GPU, XLA elsewhere."""
+    if spec.implementation is not None:
+        return spec.implementation
+    return "pallas" if env.backend == "gpu" and kernel in PALLAS_ON_GPU else "xla"
+
+
+def forward_form(
+    spec: PoolSpec, platform: str, env: Environment
+) -> _scan.ScanForm | str:
+    """The XLA forward's form on ``platform``: :data:`TPU` (one variadic
+    window reduction, ``_tpu``) on a TPU; elsewhere the scan's layout
+    (``_scan.ScanForm``). On the CPU, the values read back at the indices and
+    a strided minor axis read from a phase-split copy where it pays
+    (``_scan.splits_phases``), with each pass and the indices in buffers of
+    their own but under a mesh (a fusion boundary the partitioner cannot see
+    through); on GPUs the values carried with the index and the padding
+    folded into the taps (no gather at all)."""
+    if platform == "tpu":
+        return TPU
+    if platform == "cpu":
+        phases = _scan.splits_phases(spec.axes, spec.trail)
+        return _scan.ScanForm(materialize=not env.mesh, phases=phases, read_back=True)
+    return _scan.ScanForm(
+        materialize=False, phases=False, read_back=False, pad_taps=True
+    )
+
+
+def gpu_scatter(env: Environment) -> bool:
+    """Whether ``"auto"`` runs the scatter on a GPU: its float adds compile to
+    native atomics (jaxlib from :data:`NATIVE_ATOMICS_FROM`, or LLVM's
+    ``-nvptx-allow-ftz-atomics`` given in ``XLA_FLAGS``) and none of
+    :data:`DETERMINISM_FLAGS` is set (bare, ``=true`` or ``=1``; the last
+    occurrence of a flag wins)."""
+    flags = dict(env.xla_flags)
+    if any(flags.get(f, "false").lower() in ("true", "1") for f in DETERMINISM_FLAGS):
+        return False
+    extra = flags.get("xla_backend_extra_options", "")
+    ftz = any(o.lstrip("-") == "nvptx-allow-ftz-atomics" for o in extra.split(","))
+    return env.jaxlib >= NATIVE_ATOMICS_FROM or ftz
+
+
+def algorithm(
+    spec: PoolSpec, own_indices: bool, platform: str, env: Environment
+) -> Algorithm:
+    """The backward that runs on ``platform``: ``"scatter"`` or ``"gather"``
+    (:func:`backward_form` says in which form). The spec's algorithm, or for
+    ``"auto"``:
+
+    - ``"scatter"`` where the indices may come from anywhere (not
+      ``own_indices``): only the scatter honours an index outside its window;
+    - where the backward is Pallas's, its gather;
+    - on a TPU, the gather where its dense form applies (regular windows,
+      dilation 1; fewer bytes than ``jax.grad`` through ``lax.reduce_window``,
+      whose select-and-scatter cannot carry PyTorch's selection for float32),
+      else the scatter (which a TPU runs one update at a time; adaptive
+      windows: 3.7x fewer bytes than the gather);
+    - where windows are disjoint, the gather (an elementwise select: each
+      input element receives at most one gradient, so the scatter's bits
+      without a scatter);
+    - where windows overlap, the scatter on CPU; on GPU the scatter where
+      :func:`gpu_scatter`, else the deterministic gather.
+    """
+    if spec.algorithm != "auto":
+        return spec.algorithm
+    if not own_indices:
+        return "scatter"
+    if implementation(spec, "backward", env) == "pallas":
+        return "gather"
+    if platform == "tpu":
+        return "gather" if _tpu.dense(spec) else "scatter"
+    if all(w.disjoint for w in spec.axes):
+        return "gather"
+    return "scatter" if platform == "cpu" or gpu_scatter(env) else "gather"
+
+
+def backward_form(
+    spec: PoolSpec, chosen: Algorithm, platform: str, env: Environment
+) -> str:
+    """The kernel that runs the ``chosen`` backward (:func:`algorithm`) on
+    ``platform``:
+
+    - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
+      :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
+      scatter) for the windows ``_tpu.dense`` accepts when no mesh is in
+      context (its phase interleave is not written for arrays that carry
+      their sharding, and every branch is traced, on any platform); else
+      :data:`GATHER`, XLA's covering sum;
+    - the scatter: :data:`SCATTER`.
+    """
+    xla = implementation(spec, "backward", env) == "xla"
+    if chosen == "gather":
+        if not xla:
+            return PALLAS
+        tpu = platform == "tpu" and not env.mesh and _tpu.dense(spec)
+        return TPU if tpu else GATHER
+    return SCATTER
+
+
+def flat_scatter(shape: tuple[int, ...], platform: str, env: Environment) -> bool:
+    """Whether a scatter into an array of ``shape`` runs as one scatter into
+    the array flattened whole (the CPU's form: offsets within int32, static
+    sizes, no mesh, whose partitioner could not keep the planes apart), or
+    batched over the non-spatial axes."""
+    static = all(isinstance(size, int) for size in shape)  # not jax.export's
+    fits = static and 0 < math.prod(shape) < INT32_MAX
+    return platform == "cpu" and fits and not env.mesh
+
+
+def fractional_algorithm(
+    spec: FractionalSpec, platform: str, env: Environment
+) -> Algorithm:
+    """The fractional backward that runs on ``platform``: the spec's, or for
+    ``"auto"`` the scatter on CPU and on a GPU where :func:`gpu_scatter` says
+    so; elsewhere (a TPU, which serialises scatters) the deterministic
+    gather. Both honour every index inside the plane, so the choice does not
+    ask whose the indices are."""
+    if spec.algorithm != "auto":
+        return spec.algorithm
+    scatter = platform == "cpu" or (platform == "gpu" and gpu_scatter(env))
+    return "scatter" if scatter else "gather"
+
+
+def fractional_forward_form(platform: str) -> str:
+    """The fractional forward's form: :data:`TAPS` on CPU (each tap read by
+    element gathers); the windows of the stride-1 pool picked by whole rows
+    on a GPU (:data:`ROWS`) and by one-hot matmuls on a TPU
+    (:data:`MATMUL`)."""
+    return {"cpu": TAPS, "tpu": MATMUL}.get(platform, ROWS)
+
+
+def fractional_backward_form(
+    spec: FractionalSpec, platform: str, spread: bool, env: Environment
+) -> tuple[Algorithm, str]:
+    """The fractional backward's ``(algorithm, picks)`` on ``platform``: the
+    algorithm of :func:`fractional_algorithm` and, where the gather spreads
+    the gradients onto the stride-1 pool's windows (``spread``: the VJP,
+    which has its window starts), how it picks their rows: as the forward
+    does (:func:`fractional_forward_form`), but on a CPU, whose forward picks
+    no rows, by gathers."""
+    chosen = fractional_algorithm(spec, platform, env)
+    matmul = chosen == "gather" and spread and platform == "tpu"
+    return chosen, MATMUL if matmul else ROWS
