@@ -53,6 +53,17 @@ EXPECTATIONS = {
         and ns["pooled"].shape == (8, 64, 7, 7)
         and ns["pooled_w"].shape == (8, 64, 50, 13)
     ),
+    "fractional": lambda ns: (
+        ns["fractional"].shape == (8, 16, 16, 16)
+        and np.array_equal(
+            np.take_along_axis(
+                np.asarray(ns["maps"]).reshape(8, 16, -1),
+                np.asarray(ns["where"]).reshape(8, 16, -1),
+                axis=-1,
+            ),
+            np.asarray(ns["fractional"]).reshape(8, 16, -1),
+        )
+    ),
     "restored": lambda ns: (
         ns["restored"].shape == ns["features"].shape
         and float(ns["restored"].max()) == float(ns["features"].max())
