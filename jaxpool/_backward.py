@@ -12,21 +12,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
-from ._columns import EMBEDDED, flat_offsets, per_window
+from ._columns import EMBEDDED, flat_offsets, interleave, per_window
 from ._planes import _flatten, accumulation_dtype, positive_zeros
-from ._windows import (
-    AxisWindows,
-    PoolSpec,
-    row_major_strides,
-    split,
-)
+from ._scan import padded_tap
+from ._windows import AxisWindows, PoolSpec, row_major_strides, split, with_spatial
 
 
 def covering_sum(
@@ -36,6 +33,7 @@ def covering_sum(
     spec: PoolSpec,
     sharding: Any = None,
     tangent: bool = False,
+    partitioned: bool = False,
 ) -> jax.Array:
     """Deterministic backward, without the aliased empty windows: for each
     input element, in a fixed order, the gradient of every window that covers
@@ -57,12 +55,24 @@ def covering_sum(
       spec: the pool.
       sharding: of the arrays built here (see ``_mesh.plane_sharding``).
       tangent: the sum of tangents, their zeros as they are.
+      partitioned: along axes of regular windows, each covering window's
+        gradient and index read by repeating the outputs and shifting them
+        into place (:func:`_repeated`), not by a gather: XLA's partitioner
+        splits that along a sharded spatial axis with halo exchanges. The
+        same sum, in the same order, to the bit.
     """
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     batch, _ = split(grad_output.ndim, nd, trail)
     acc = accumulation_dtype(x.dtype)
     grads = grad_output.astype(acc)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+    if partitioned:
+
+        def add(total: jax.Array, g: jax.Array, i: jax.Array, here: Any) -> Any:
+            g = g if tangent else positive_zeros(g)
+            return total + jnp.where(i == here, g, jnp.zeros((), acc))
+
+        return phased(grads, indices, spec, sharding, add)
     here = _positions(indices.dtype, x, spec, sharding)
     tables = [w.covering() for w in axes]
     total = jnp.zeros(x.shape, acc, out_sharding=sharding)
@@ -75,6 +85,155 @@ def covering_sum(
         g = g if tangent else positive_zeros(g)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total
+
+
+class _Phase(NamedTuple):
+    """The positions ``r * stride + phase`` of one stride phase of an axis
+    (``stride`` 1, phase 0: every position, for adaptive windows), and the
+    windows that cover them in increasing order: for regular windows, window
+    ``r + first + m`` covers row ``r`` for each slot ``m < slots``; for
+    adaptive ones, the covering table's rows."""
+
+    stride: int
+    phase: int
+    first: int
+    slots: int
+
+
+def _phases(w: AxisWindows) -> list[_Phase]:
+    """The stride phases of the axis of windows ``w`` (one of stride 1 for
+    adaptive windows). Position ``p`` lies in the span of window ``o`` when
+    ``o * stride + offset <= p <= o * stride + c``, ``c`` the first window's
+    last position, so along phase ``q`` the first covering window of row
+    ``r`` is ``r + ceil((q - c) / stride)``, and the last ``r +
+    floor((q - offset) / stride)``: a constant shift per phase."""
+    if w.starts:
+        return [_Phase(1, 0, 0, len(w.covering()))]
+    s, span = w.stride, (w.taps - 1) * w.dilation + 1
+    c = w.offset + span - 1
+    phases = []
+    for q in range(s):
+        first = -(-(q - c) // s)
+        phases.append(_Phase(s, q, first, (q - w.offset) // s - first + 1))
+    return phases
+
+
+def phased(
+    values: jax.Array,
+    indices: jax.Array,
+    spec: PoolSpec,
+    sharding: Any,
+    combine: Callable[..., jax.Array],
+) -> jax.Array:
+    """For each input element, ``combine(acc, value, index, here)`` over the
+    windows that cover it, in increasing order (``here``: the element's flat
+    offset; ``acc`` starts at zeros of ``values``' dtype): :func:`covering_sum`
+    where ``combine`` adds the values whose index is here, the window-local
+    unpool (:func:`place`) where it puts them.
+
+    Computed on each stride phase of the input (the positions ``r * stride +
+    q`` of each axis), whose covering windows are the output rows shifted by
+    a constant: each term a slice of the values and indices padded back to
+    the phase's rows (no gather, no repeat), the phases then interleaved
+    once. XLA's partitioner splits every step along a sharded spatial axis
+    with halo exchanges: the phases' rows divide among the devices as the
+    input does where the stride divides each device's share of the axis.
+    Axes of adaptive windows read their covering windows by a gather, as
+    :func:`covering_sum` does."""
+    axes, nd, trail = spec.axes, spec.nd, spec.trail
+    lead, _ = split(values.ndim, nd, trail)
+    plans = [_phases(w) for w in axes]
+    rows = [-(-w.size // plan[0].stride) for w, plan in zip(axes, plans, strict=True)]
+    strides = row_major_strides(spec.in_size)
+    results = []
+    for phases in itertools.product(*plans):
+        shape = with_spatial(values.shape, nd, trail, rows)
+        here = jnp.zeros((), indices.dtype)
+        for a, ph in enumerate(phases):
+            positions = np.arange(rows[a]) * ph.stride + ph.phase
+            column = (positions * strides[a]).astype(np.int32)
+            here = here + per_window(column, lead + a, shape).astype(indices.dtype)
+        acc = jnp.zeros(shape, values.dtype, out_sharding=sharding)
+        for slots in itertools.product(*(range(ph.slots) for ph in phases)):
+            v, i = values, indices
+            for a, (w, ph, m) in enumerate(zip(axes, phases, slots, strict=True)):
+                if w.starts:
+                    window = _covering_row(w, w.covering(), m)
+                    v = _spread(v, lead + a, w, window, 0)
+                    i = _spread(i, lead + a, w, window, -1)
+                else:
+                    v = _shifted(v, lead + a, ph.first + m, rows[a], 0)
+                    i = _shifted(i, lead + a, ph.first + m, rows[a], -1)
+            acc = combine(acc, v, i, here)
+        results.append(acc)
+    counts = tuple(len(p) for p in plans)
+    split_sharding = None
+    if sharding is not None:  # the phases' axes lead, unsharded
+        parts = PartitionSpec(*(None,) * nd, *sharding.spec)
+        split_sharding = NamedSharding(sharding.mesh, parts)
+    stacked = jnp.reshape(
+        jnp.stack(results), (*counts, *results[0].shape), out_sharding=split_sharding
+    )
+    strides = [p[0].stride for p in plans]
+    return interleave(stacked, strides, spec.in_size, lead, sharding)
+
+
+def place(
+    values: jax.Array, indices: jax.Array, spec: PoolSpec, sharding: Any = None
+) -> jax.Array:
+    """The unpool under a mesh: each value at its index within its own window
+    of ``spec`` (the pool's, as PyTorch's unpool arguments give it), zeros
+    elsewhere; an index outside its window is dropped. Where overlapping
+    windows chose one element, the last window's value (a pool's indices
+    give them the same value). :func:`phased`: no scatter, so XLA's
+    partitioner moves only halos."""
+    indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+
+    def put(acc: jax.Array, v: jax.Array, i: jax.Array, here: Any) -> jax.Array:
+        return jnp.where(i == here, v, acc)
+
+    return phased(values, indices, spec, sharding, put)
+
+
+def read(arr: jax.Array, indices: jax.Array, spec: PoolSpec) -> jax.Array:
+    """``arr`` (``(*B, *S, *T)``) at each window's index within its own window
+    of ``spec``, 0 for an index outside it (the window-local unpool's
+    gradient, the transpose of :func:`place`): each position of a window read
+    as the forward reads its taps (``_scan.padded_tap``: a strided slice,
+    padded with zeros outside the axis, where no index points), and kept
+    where it is the index. No gather."""
+    axes, nd, trail = spec.axes, spec.nd, spec.trail
+    lead, _ = split(arr.ndim, nd, trail)
+    indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
+    strides = row_major_strides(spec.in_size)
+    spans = [(w.taps - 1) * w.dilation + 1 for w in axes]
+    dense = tuple(
+        w._replace(taps=n, dilation=1) for w, n in zip(axes, spans, strict=True)
+    )
+    out = jnp.zeros(indices.shape, arr.dtype)
+    for taps in itertools.product(*map(range, spans)):
+        value, here = arr, jnp.zeros((), indices.dtype)
+        for a, (w, j) in enumerate(zip(dense, taps, strict=True)):
+            value = padded_tap(value, lead + a, w, j, 0)
+            column = (w.positions(j) * strides[a]).astype(np.int32)
+            here = here + per_window(column, lead + a, indices.shape).astype(
+                indices.dtype
+            )
+        out = jnp.where(indices == here, value, out)
+    return out
+
+
+def _shifted(arr: jax.Array, axis: int, shift: int, rows: int, fill: int) -> Any:
+    """``arr`` along ``axis`` shifted by ``shift`` rows and cut or padded with
+    ``fill`` to ``rows``: row ``r`` is ``arr``'s row ``r + shift``. A slice
+    then a pad, as each tap of the forward reads its input."""
+    start, stop = max(0, shift), max(0, min(arr.shape[axis], shift + rows))
+    start = min(start, stop)
+    part = lax.slice_in_dim(arr, start, stop, axis=axis)
+    low = min(rows, max(0, -shift))
+    config = [(0, 0, 0)] * arr.ndim
+    config[axis] = (low, rows - low - (stop - start), 0)
+    return lax.pad(part, jnp.array(fill, arr.dtype), config)
 
 
 def gather_sum(

@@ -16,15 +16,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.core import Tracer
 from jax.experimental import checkify
 
+from ._columns import coordinates
 from ._windows import (
     ALGORITHMS,
     IMPLEMENTATIONS,
     INT32_MAX,
     Algorithm,
     Implementation,
+    PoolSpec,
     split,
 )
 
@@ -191,9 +194,17 @@ def backward_sizes(
     return spatial, out
 
 
-def check_indices(name: str, indices: jax.Array, plane: int, enabled: Any) -> None:
+def check_indices(
+    name: str,
+    indices: jax.Array,
+    plane: int,
+    enabled: Any,
+    windows: PoolSpec | None = None,
+) -> None:
     """With ``enabled``, a ``checkify`` check that every index lies in ``[0,
-    plane)``, reporting the first bad one and its position.
+    plane)``, and with ``windows`` within its own window of them (what an
+    unpool under a mesh requires), reporting the first bad one and its
+    position.
 
     A functional check: it needs ``jax.experimental.checkify.checkify`` around
     the caller (under ``jit`` too), which returns the error to throw outside.
@@ -201,14 +212,36 @@ def check_indices(name: str, indices: jax.Array, plane: int, enabled: Any) -> No
     if not static_bool(name, "check_indices", enabled):
         return
     bad = (indices < 0) | (indices >= plane)
+    where = f"outside the plane [0, {plane})"
+    if windows is not None:
+        bad = bad | ~_in_window(indices, windows)
+        where = "outside its window (under a mesh an unpool places each value there)"
     first = jnp.argmax(bad.ravel())
     checkify.check(
         ~jnp.any(bad),
-        f"{name}: `indices` holds {{value}} at position {{position}}, outside the "
-        f"plane [0, {plane}) (position in indices.shape={tuple(indices.shape)})",
+        f"{name}: `indices` holds {{value}} at position {{position}}, {where} "
+        f"(position in indices.shape={tuple(indices.shape)})",
         value=indices.ravel()[first],
         position=jnp.stack(jnp.unravel_index(first, indices.shape)),
     )
+
+
+def _in_window(indices: jax.Array, windows: PoolSpec) -> jax.Array:
+    """Whether each index's coordinates lie in its own window's span."""
+    lead, _ = split(indices.ndim, windows.nd, windows.trail)
+    flat = jnp.clip(indices, 0, max(0, math.prod(windows.in_size) - 1))
+    inside = jnp.ones(indices.shape, bool)
+    for a, (w, c) in enumerate(
+        zip(
+            windows.axes,
+            coordinates(flat.astype(jnp.int32), windows.in_size),
+            strict=True,
+        )
+    ):
+        o = lax.broadcasted_iota(jnp.int32, indices.shape, lead + a)
+        start = o * w.stride + w.offset
+        inside = inside & (c >= start) & (c < start + (w.taps - 1) * w.dilation + 1)
+    return inside
 
 
 # ------------------------------------------------------------ static values

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -101,3 +102,32 @@ def flat_offsets(
     for a, (pos, stride) in enumerate(zip(positions, strides, strict=True)):
         flat = flat + per_window((pos * stride).astype(np.int32), a, shape)
     return flat
+
+
+def interleave(
+    stacked: jax.Array,
+    strides: Sequence[int],
+    sizes: Sequence[int],
+    lead: int,
+    sharding: Any = None,
+) -> jax.Array:
+    """Stride phases stacked phase-major, ``(*strides, *B, *rows, *T)``,
+    interleaved along each spatial axis (each phase axis moved beside its
+    axis, the two merged: row ``r`` of phase ``q`` becomes position ``r *
+    stride + q``) and cut to ``sizes``: ``(*B, *S, *T)``, sharded as
+    ``sharding`` says where the arrays carry theirs (Explicit axes)."""
+    nd = len(strides)
+    order = list(range(nd, nd + lead))
+    for a in range(nd):
+        order += [nd + lead + a, a]
+    order += list(range(2 * nd + lead, stacked.ndim))
+    shape = stacked.shape[nd:]
+    rows = (shape[lead + a] * s for a, s in enumerate(strides))
+    merged = jnp.reshape(
+        stacked.transpose(order),
+        (*shape[:lead], *rows, *shape[lead + nd :]),
+        out_sharding=sharding,
+    )
+    for a, size in enumerate(sizes):
+        merged = lax.slice_in_dim(merged, 0, size, axis=lead + a)
+    return merged

@@ -29,13 +29,13 @@ import jax
 
 from . import _fractional, _platform
 from ._checks import check_indices as _check_indices
-from ._planes import gather_at
+from ._mesh import check_divisible, traced_once, under_mesh
 from ._windows import FractionalSpec, PoolSpec, split, with_spatial
 
 # JAX traces a custom_vjp's forward twice (its primal, then its forward rule):
 # the second trace is the first's jaxpr, from the jit cache.
-_forward = _platform.traced_once(_platform.forward, 1)
-_fractional_forward = _platform.traced_once(_platform.fractional_forward, 2)
+_forward = traced_once(_platform.forward, 1)
+_fractional_forward = traced_once(_platform.fractional_forward, 2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -106,6 +106,7 @@ def _fractional_pool_jit(
 
 def pool(name: str, x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     """``(values, indices)`` of the pool ``spec`` over ``x``, differentiable."""
+    check_divisible(name, x, spec.nd, spec.trail, spec.out_size, "the output")
     with jax.named_scope(f"jaxpool.{name}"):
         return _pool_jit(x, spec)
 
@@ -115,6 +116,7 @@ def fractional_pool(
 ) -> tuple[jax.Array, jax.Array]:
     """``(values, indices)`` of the fractional pool ``spec`` with ``samples``
     ``(N, C, nd)`` over ``x``, differentiable in ``x``."""
+    check_divisible(name, x, spec.nd, spec.trail, spec.out_size, "the output")
     with jax.named_scope(f"jaxpool.{name}"):
         return _fractional_pool_jit(x, samples, spec)
 
@@ -131,35 +133,39 @@ def backward(
     ``spec`` (fractional too), given its indices; ``check_indices`` adds a
     ``checkify`` check."""
     _check_indices(name, indices, math.prod(spec.in_size), check_indices)
+    check_divisible(name, indices, spec.nd, spec.trail, spec.in_size, "the gradient")
     fractional = isinstance(spec, FractionalSpec)
     kernel = _fractional_backward_jit if fractional else _backward_jit
     with jax.named_scope(f"jaxpool.{name}"):
         return kernel(grad_output, indices, x, spec)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _unpool(
-    x: jax.Array, indices: jax.Array, out: jax.ShapeDtypeStruct, nd: int, trail: int
-) -> jax.Array:
-    return _platform.unpool(x, indices, out, nd, trail)
+# The unpool's static arguments: the result's shape and dtype, the spatial axes
+# (``nd``, ``trail``) and the pool's windows (or ``None``).
+_Layout = tuple[jax.ShapeDtypeStruct, int, int, PoolSpec | None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _unpool(x: jax.Array, indices: jax.Array, layout: _Layout) -> jax.Array:
+    return _platform.unpool(x, indices, *layout)
 
 
 def _unpool_fwd(
-    x: jax.Array, indices: jax.Array, out: jax.ShapeDtypeStruct, nd: int, trail: int
+    x: jax.Array, indices: jax.Array, layout: _Layout
 ) -> tuple[jax.Array, jax.Array]:
     # The kernel, not ``_unpool``: see the module docstring.
-    return _platform.unpool(x, indices, out, nd, trail), indices
+    return _platform.unpool(x, indices, *layout), indices
 
 
 def _unpool_bwd(
-    out: jax.ShapeDtypeStruct, nd: int, trail: int, indices: jax.Array, ct: jax.Array
+    layout: _Layout, indices: jax.Array, ct: jax.Array
 ) -> tuple[jax.Array, None]:
-    del out
-    return gather_at(ct, indices, nd, trail, 0.0), None
+    _, nd, trail, windows = layout
+    return _platform.unpool_cotangent(ct, indices, nd, trail, windows), None
 
 
 _unpool.defvjp(_unpool_fwd, _unpool_bwd)
-_unpool_jit = jax.jit(_unpool, static_argnums=(2, 3, 4))
+_unpool_jit = jax.jit(_unpool, static_argnums=2)
 
 
 def unpool(
@@ -169,11 +175,18 @@ def unpool(
     out: jax.ShapeDtypeStruct,
     nd: int,
     trail: int,
+    windows: PoolSpec | None,
     check_indices: Any,
 ) -> jax.Array:
     """``x`` placed at ``indices`` in zeros of ``out``, differentiable in ``x``;
-    ``check_indices`` adds a ``checkify`` check."""
+    ``windows``: the pool's that produced ``x`` (``_spec.unpool_output``), or
+    ``None``; ``check_indices`` adds a ``checkify`` check."""
     first, stop = split(len(out.shape), nd, trail)
-    _check_indices(name, indices, math.prod(out.shape[first:stop]), check_indices)
+    # The windows matter under a mesh alone: elsewhere one program serves
+    # every spelling of the same output.
+    windows = windows if under_mesh(indices) else None
+    plane = math.prod(out.shape[first:stop])
+    _check_indices(name, indices, plane, check_indices, windows)
+    check_divisible(name, x, nd, trail, out.shape[first:stop], "the output")
     with jax.named_scope(f"jaxpool.{name}"):
-        return _unpool_jit(x, indices, out, nd, trail)
+        return _unpool_jit(x, indices, (out, nd, trail, windows))

@@ -200,15 +200,16 @@ def matmul_rows(plane: jax.Array, rows: jax.Array, axis: int) -> jax.Array:
 # How each spatial axis's rows are picked: None for :func:`take_rows` along
 # every axis.
 Takes = tuple[Callable[..., jax.Array], ...] | None
-# On a TPU: one-hot matmuls along both axes of a 2-D pool, gathers in 3-D,
-# whichever XLA's cost model for the v5e rates at fewer bytes (the
-# fractional programs of ``benchmarks/compiled.py``; the performance record,
-# "Fractional pools").
+# On a TPU (``matmul=True``): one-hot matmuls along both axes of a 2-D pool,
+# gathers in 3-D, whichever XLA's cost model for the v5e rates at fewer bytes
+# (the fractional programs of ``benchmarks/compiled.py``; the performance
+# record, "Fractional pools").
 TPU_TAKES: dict[int, Takes] = {2: (matmul_rows, matmul_rows), 3: None}
 
 
-def _take(takes: Takes, a: int) -> Callable[..., jax.Array]:
-    """How ``takes`` picks the rows of spatial axis ``a``."""
+def _take(matmul: bool, nd: int, a: int) -> Callable[..., jax.Array]:
+    """How spatial axis ``a``'s rows are picked (``matmul``: as on a TPU)."""
+    takes = TPU_TAKES[nd] if matmul else None
     return take_rows if takes is None else takes[a]
 
 
@@ -217,7 +218,7 @@ def pick_windows(
     indices: jax.Array,
     rows: tuple[jax.Array, ...],
     spec: FractionalSpec,
-    takes: Takes = None,
+    matmul: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The windows that start at ``rows`` (see :func:`axis_starts`), picked from
     the ``(values, indices)`` of ``spec.every_window()``, whose output ``s``
@@ -225,13 +226,12 @@ def pick_windows(
     into the input's plane).
 
     One spatial axis at a time, per plane, whole rows (size 1 along the picked
-    axis, every element of the other spatial axes), by ``takes[a]`` along
-    axis ``a`` (:func:`take_rows` or :func:`matmul_rows`; ``None``: the
-    former along every axis), vmapped over the planes.
+    axis, every element of the other spatial axes), by :func:`take_rows`,
+    or with ``matmul`` as :data:`TPU_TAKES` says, vmapped over the planes.
     """
     lead, _ = split(values.ndim, spec.nd, spec.trail)
     for a, row in enumerate(rows):
-        pick = _rows(_take(takes, a), lead, spec.trail, a)
+        pick = _rows(_take(matmul, spec.nd, a), lead, spec.trail, a)
         values, indices = pick(values, row), pick(indices, row)
     return values, indices
 
@@ -241,7 +241,7 @@ def spread_windows(
     indices: jax.Array,
     rows: tuple[jax.Array, ...],
     spec: FractionalSpec,
-    takes: Takes = None,
+    matmul: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The transpose of :func:`pick_windows`, for the forward's own indices:
     the gradients of the windows that start at ``rows`` placed on the output
@@ -254,7 +254,7 @@ def spread_windows(
     spread, are one window of the stride-1 pool with one index, so their
     gradients are summed: a segmented scan along the axis over the runs of
     equal starts (a fixed order), whose sum at each run's last window is then
-    read by ``takes``, as in :func:`pick_windows`. Where no window starts the
+    read as in :func:`pick_windows`. Where no window starts the
     gradient is zero and the index ``-1``, which matches no position. 16-bit
     gradients are returned in float32, for the covering sum to round once.
     """
@@ -264,7 +264,7 @@ def spread_windows(
     def spread(
         g: jax.Array, i: jax.Array, start: jax.Array, axis: int
     ) -> tuple[jax.Array, jax.Array]:
-        take = _take(takes, axis)
+        take = _take(matmul, spec.nd, axis)
         size = spec.in_size[axis] - spec.kernel_size[axis] + 1
         along = (1,) * axis + (-1,) + (1,) * (g.ndim - axis - 1)
         opens = jnp.concatenate([jnp.ones(1, bool), start[1:] != start[:-1]])

@@ -1,20 +1,53 @@
-"""The mesh helpers: whether a program runs under a mesh, and the shardings of
-the arrays the kernels create there.
+"""The mesh helpers: whether a program runs under a mesh, the shardings of the
+arrays the kernels create there, and how an op runs on spatially sharded
+arrays of Explicit axes.
 
 An op partitions like ``lax.reduce_window``: sharding N or C moves nothing,
-and every output and gradient comes back sharded like its input. Kernels
-never ask for the mesh themselves: the platform seam asks here and hands
-them a sharding (or ``None``).
+sharding a spatial axis moves only the halos at the shard edges, and every
+output and gradient comes back sharded like its input. Under a mesh the
+policy (``_policy``) picks forms that XLA's partitioner splits that way
+(slices, pads and window reductions; no gather or scatter along a spatial
+axis). Kernels never ask for the mesh themselves: the platform seam asks here
+and hands them a sharding (or ``None``).
+
+With Explicit axes every array's type carries its sharding, and JAX's rules
+for ops on a sharded spatial axis (padding there, among others) are not
+implemented; so where an input's type shards a spatial axis the seam runs
+the op's kernel with those axes Auto (``jax.sharding.auto_axes``), the
+partitioner's to split, and types the outputs sharded as the input
+(:func:`spatial_sharding`), which requires each sharded output axis to
+divide among its devices (:func:`check_divisible`).
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from ._windows import split
+
+
+def traced_once(kernel: Callable[..., Any], static: int | tuple[int, ...]) -> Any:
+    """``kernel`` jitted with its ``static`` arguments, so that tracing it again
+    with the same arguments in one program reuses the first jaxpr: every
+    platform's form of a kernel is traced (``_platform.by_platform``), and that is
+    most of a pool's tracing time. JAX traces a ``custom_vjp``'s forward rule
+    under the context's abstract mesh (an empty one where none is set) and its
+    primal without one; the kernel runs under the context's mesh here, so that
+    the jit cache's keys agree."""
+    jitted = jax.jit(kernel, static_argnums=static)
+
+    @functools.wraps(kernel)
+    def run(*args: Any) -> Any:
+        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+            return jitted(*args)
+
+    return run
 
 
 def under_mesh(arr: jax.Array) -> bool:
@@ -41,3 +74,61 @@ def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
     first, stop = split(arr.ndim, nd, trail)
     new = (*spec[:first], *(None,) * new_nd, *spec[stop:])
     return NamedSharding(mesh, PartitionSpec(*new))
+
+
+def spatial_sharding(arr: Any, nd: int, trail: int) -> NamedSharding | None:
+    """``arr``'s sharding where its type shards one of its ``nd`` spatial axes
+    (``trail`` trailing ones after them) along Explicit mesh axes; ``None``
+    otherwise (no mesh, Auto axes, or only N and C sharded)."""
+    sharding = getattr(jax.typeof(arr), "sharding", None)
+    if sharding is None or sharding.mesh.empty:
+        return None
+    if AxisType.Explicit not in sharding.mesh.axis_types:
+        return None
+    spec = (*sharding.spec, *(None,) * (arr.ndim - len(sharding.spec)))
+    first, stop = split(arr.ndim, nd, trail)
+    if all(spec[a] is None for a in range(first, stop)):
+        return None
+    return NamedSharding(sharding.mesh, PartitionSpec(*spec))
+
+
+def check_divisible(
+    name: str, arr: Any, nd: int, trail: int, sizes: Sequence[int], what: str
+) -> None:
+    """Raise where ``arr``'s type shards a spatial axis along Explicit mesh
+    axes whose devices do not divide that axis of the result, whose spatial
+    sizes are ``sizes`` (``what``: the result, as the message names it)."""
+    sharding = spatial_sharding(arr, nd, trail)
+    if sharding is None:
+        return
+    mesh = sharding.mesh
+    first, _ = split(arr.ndim, nd, trail)
+    for a, size in enumerate(sizes):
+        names = sharding.spec[first + a]
+        if names is None:
+            continue
+        names = (names,) if isinstance(names, str) else tuple(names)
+        devices = math.prod(mesh.shape[n] for n in names)
+        if size % devices:
+            raise ValueError(
+                f"{name}: {what} has {size} positions along spatial axis {a}, "
+                f"which do not divide among the {devices} devices of mesh axes "
+                f"{names} that shard it (Explicit axes need them to): choose "
+                f"sizes whose result divides by {devices}, shard that axis with "
+                f"Auto axes (jaxpool runs there with any size), or shard "
+                f"another axis"
+            )
+
+
+def auto_axes_for(
+    arr: Any, nd: int, trail: int, outputs: int
+) -> Callable[[Callable[..., Any]], Callable[..., Any]] | None:
+    """Where ``arr``'s type shards a spatial axis along Explicit mesh axes
+    (:func:`spatial_sharding`): a decorator that runs a kernel with the mesh's
+    axes Auto (``jax.sharding.auto_axes``), its ``outputs`` results typed
+    with ``arr``'s sharding. ``None`` elsewhere: the kernel runs as it is."""
+    sharding = spatial_sharding(arr, nd, trail)
+    if sharding is None:
+        return None
+    out = sharding if outputs == 1 else (sharding,) * outputs
+    return jax.sharding.auto_axes(out_sharding=out)

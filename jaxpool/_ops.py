@@ -55,9 +55,9 @@ def _max_unpool(
     name = f"max_unpool{nd}d"
     x = _checks.float_array(name, "x", x)
     indices = _checks.int_array(name, "indices", indices)
-    out = _spec.unpool_output(name, nd, x, indices, args, output_size)
+    out, windows = _spec.unpool_output(name, nd, x, indices, args, output_size)
     trail = int(args.channels_last)
-    return _core.unpool(name, x, indices, out, nd, trail, check_indices)
+    return _core.unpool(name, x, indices, out, nd, trail, windows, check_indices)
 
 
 def max_pool3d_with_argmax(

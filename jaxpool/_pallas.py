@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -335,3 +336,13 @@ def gather_sum(
     with no in-bounds tap (``_backward.add_aliased``), rounded once."""
     total: jax.Array = covering_sum(grad_output, indices, x, spec, interpret)
     return _backward.add_aliased(total, grad_output, indices, spec).astype(x.dtype)
+
+
+def form(kernel: Callable[..., Any], *static: Any) -> Callable[[bool], Any]:
+    """``kernel``'s form per platform, for ``_platform.by_platform``:
+    interpreted (``True``) on CPU, compiled for the GPU elsewhere."""
+
+    def emit(interpret: bool) -> Callable[..., Any]:
+        return lambda *arrays: kernel(*arrays, *static, interpret=interpret)
+
+    return emit

@@ -26,8 +26,8 @@ import jax
 from jax import lax
 
 from . import _backward, _fractional, _pallas, _planes, _policy, _scan, _tpu
-from ._mesh import plane_sharding, under_mesh
-from ._policy import MATMUL, PALLAS, PLATFORMS, SCATTER, TAPS, TPU
+from ._mesh import auto_axes_for, plane_sharding, traced_once, under_mesh
+from ._policy import MATMUL, PALLAS, PARTITIONED, PLATFORMS, SCATTER, TAPS, TPU
 from ._windows import FractionalSpec, PoolSpec
 
 Form = TypeVar("Form")
@@ -59,30 +59,14 @@ def _per_platform(choose: Callable[[str], Form]) -> dict[str, Form]:
     return {"cpu": cpu, "default": gpu, "tpu": tpu}
 
 
-def traced_once(kernel: Callable[..., Any], static: int | tuple[int, ...]) -> Any:
-    """``kernel`` jitted with its ``static`` arguments, so that tracing it again
-    with the same arguments in one program reuses the first jaxpr: every
-    platform's form of a kernel is traced (:func:`by_platform`), and that is
-    most of a pool's tracing time. JAX traces a ``custom_vjp``'s forward rule
-    under the context's abstract mesh (an empty one where none is set) and its
-    primal without one; the kernel runs under the context's mesh here, so that
-    the jit cache's keys agree."""
-    jitted = jax.jit(kernel, static_argnums=static)
-
-    @functools.wraps(kernel)
-    def run(*args: Any) -> Any:
-        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
-            return jitted(*args)
-
-    return run
-
-
 def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     """The forward kernel's ``(values, indices)``, in each platform's form."""
+    if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
+        return auto(lambda x: forward(x, spec))(x)
     env = _policy.environment(under_mesh(x))
     if _policy.implementation(spec, "forward", env) == "pallas":
         return by_platform(
-            _pallas_form(_pallas.forward, spec), x, cpu=True, default=False
+            _pallas.form(_pallas.forward, spec), x, cpu=True, default=False
         )
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
 
@@ -109,12 +93,17 @@ def backward(
     spec's algorithm (``_policy.algorithm``; ``own_indices``: the indices are
     the forward's, as in its VJP), in each platform's form
     (``_policy.backward_form``)."""
+    if auto := auto_axes_for(indices, spec.nd, spec.trail, 1):  # see _mesh
+        run = auto(lambda g, i: backward(g, i, x, spec, own_indices))
+        return run(grad_output, indices)
     env = _policy.environment(under_mesh(indices))
     sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
+    if sharding is not None:  # Explicit axes: both typed alike, traced once
+        grad_output = jax.sharding.reshard(grad_output, jax.typeof(indices).sharding)
 
     def choose(platform: str) -> str:
         chosen = _policy.algorithm(spec, own_indices, platform, env)
-        return _policy.backward_form(spec, chosen, platform, env)
+        return _policy.backward_form(spec, chosen, own_indices, platform, env)
 
     def emit(form: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
         if form == SCATTER:
@@ -122,9 +111,12 @@ def backward(
                 scatter, x=x, nd=spec.nd, trail=spec.trail, accumulate=True
             )
         if form == PALLAS:
-            pallas = _pallas_form(_pallas.gather_sum, spec, x)
+            pallas = _pallas.form(_pallas.gather_sum, spec, x)
             return lambda g, i: by_platform(pallas, g, i, cpu=True, default=False)
-        covering = _tpu.covering_sum if form == TPU else _backward.covering_sum
+        covering = {
+            TPU: _tpu.covering_sum,
+            PARTITIONED: _PARTITIONED_SUM,
+        }.get(form, _backward.covering_sum)
         # The algorithm is not the kernel's: the VJP and the "gather" op share
         # one trace.
         kernel_spec = spec._replace(algorithm="auto")
@@ -134,11 +126,7 @@ def backward(
 
 
 _gather_sum = traced_once(_backward.gather_sum, (2, 3, 4, 5))
-
-
-def _takes(picks: str, nd: int) -> _fractional.Takes:
-    """How a fractional form picks each axis's rows."""
-    return _fractional.TPU_TAKES[nd] if picks == MATMUL else None
+_PARTITIONED_SUM = functools.partial(_backward.covering_sum, partitioned=True)
 
 
 def fractional_forward(
@@ -149,6 +137,8 @@ def fractional_forward(
     (``_policy.fractional_forward_form``): each tap read by element gathers,
     or the stride-1 pool of the same kernel (:func:`forward`, in the
     platform's form) with the windows picked at the starts by whole rows."""
+    if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
+        return auto(lambda x, rows: fractional_forward(x, rows, spec))(x, rows)
 
     def emit(form: str) -> Callable[..., tuple[jax.Array, jax.Array]]:
         if form == TAPS:
@@ -156,8 +146,8 @@ def fractional_forward(
 
         def pick(x: jax.Array, rows: tuple[jax.Array, ...]) -> Any:
             values, indices = forward(x, spec.every_window())
-            takes = _takes(form, spec.nd)
-            return _fractional.pick_windows(values, indices, rows, spec, takes)
+            matmul = form == MATMUL
+            return _fractional.pick_windows(values, indices, rows, spec, matmul)
 
         return pick
 
@@ -181,15 +171,18 @@ def fractional_backward(
     without them, ``_fractional.gather_sum``, a sort, which honours any index
     inside the plane."""
     nd, trail = spec.nd, spec.trail
+    if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
+        run = auto(lambda g, i, *r: fractional_backward(g, i, x, spec, r or None))
+        return run(grad_output, indices, *(rows or ()))
     env = _policy.environment(under_mesh(indices))
 
     def emit(form: tuple[str, str]) -> Callable[..., jax.Array]:
         chosen, picks = form
         if chosen == "gather" and rows is not None:
-            takes = _takes(picks, nd)
+            matmul = picks == MATMUL
 
             def spread_sum(g: jax.Array, i: jax.Array, *rows: jax.Array) -> Any:
-                g, i = _fractional.spread_windows(g, i, rows, spec, takes)
+                g, i = _fractional.spread_windows(g, i, rows, spec, matmul)
                 every = spec.every_window()._replace(algorithm="gather")
                 return backward(g, i, x, every, own_indices=True)
 
@@ -211,9 +204,32 @@ def unpool(
     out: jax.ShapeDtypeStruct,
     nd: int,
     trail: int,
+    windows: PoolSpec | None,
 ) -> jax.Array:
-    """``values`` placed at ``indices`` in zeros shaped like ``out``."""
-    return scatter(values, indices, x=out, nd=nd, trail=trail, accumulate=False)
+    """``values`` placed at ``indices`` in zeros shaped like ``out``: a
+    scatter, which honours any index inside the plane; under a mesh, given
+    the pool's ``windows``, each value within its own window
+    (``_backward.place``: no scatter, for XLA's partitioner)."""
+    if windows is None or not under_mesh(indices):
+        return scatter(values, indices, x=out, nd=nd, trail=trail, accumulate=False)
+    if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
+        return auto(lambda v, i: unpool(v, i, out, nd, trail, windows))(values, indices)
+    sharding = plane_sharding(indices, nd, trail, nd)
+    return _backward.place(values, indices, windows, sharding)
+
+
+def unpool_cotangent(
+    ct: jax.Array, indices: jax.Array, nd: int, trail: int, windows: PoolSpec | None
+) -> jax.Array:
+    """The unpool's gradient: ``ct`` read at the indices (0 outside the
+    plane); under a mesh, given the pool's ``windows``, within each index's
+    window (``_backward.read``, the transpose of :func:`unpool`'s placing)."""
+    if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
+        read = lambda c, i: unpool_cotangent(c, i, nd, trail, windows)  # noqa: E731
+        return auto(read)(ct, indices)
+    if windows is None or not under_mesh(indices):
+        return _planes.gather_at(ct, indices, nd, trail, 0.0)
+    return _backward.read(ct, indices, windows)
 
 
 def scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array:
@@ -221,6 +237,8 @@ def scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array:
     (``_policy.flat_scatter``): flat over the whole array, or batched over
     the non-spatial axes."""
     x, nd, trail = kernel["x"], kernel["nd"], kernel["trail"]
+    if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
+        return auto(lambda u, i: scatter(u, i, **kernel))(updates, indices)
     env = _policy.environment(under_mesh(indices))
     sharding = plane_sharding(indices, nd, trail, 1)
 
@@ -231,13 +249,3 @@ def scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array:
 
     forms = _per_platform(lambda p: _policy.flat_scatter(x.shape, p, env))
     return by_platform(emit, updates, indices, **forms)
-
-
-def _pallas_form(kernel: Callable[..., Any], *static: Any) -> Callable[[bool], Any]:
-    """A Pallas kernel's form per platform: interpreted (``True``) on CPU,
-    compiled for the GPU elsewhere."""
-
-    def emit(interpret: bool) -> Callable[..., Any]:
-        return lambda *arrays: kernel(*arrays, *static, interpret=interpret)
-
-    return emit

@@ -35,6 +35,10 @@ TPU = "tpu"
 # deterministic covering sum in XLA (``_backward``) or in Pallas
 # (``_pallas``).
 SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
+# XLA's covering sum in the form XLA's partitioner splits along a sharded
+# spatial axis with halo exchanges (``_backward.covering_sum``'s
+# ``partitioned``): every backward under a mesh but the standalone scatter.
+PARTITIONED = "partitioned"
 # The fractional forward's forms: each tap read by element gathers, or the
 # windows of the stride-1 pool picked by whole rows, with a gather or (on a
 # TPU) one-hot matmuls; the deterministic backward's picks are the same
@@ -109,19 +113,25 @@ def forward_form(
 ) -> _scan.ScanForm | str:
     """The XLA forward's form on ``platform``: :data:`TPU` (one variadic
     window reduction, ``_tpu``) on a TPU; elsewhere the scan's layout
-    (``_scan.ScanForm``). On the CPU, the values read back at the indices and
-    a strided minor axis read from a phase-split copy where it pays
-    (``_scan.splits_phases``), with each pass and the indices in buffers of
-    their own but under a mesh (a fusion boundary the partitioner cannot see
-    through); on GPUs the values carried with the index and the padding
-    folded into the taps (no gather at all)."""
+    (``_scan.ScanForm``). On the CPU without a mesh, the values read back at
+    the indices, a strided minor axis read from a phase-split copy where it
+    pays (``_scan.splits_phases``), and each pass and the indices in buffers
+    of their own; on GPUs, and on the CPU under a mesh, the values carried
+    with the index and the padding folded into the taps of a one-pass plan:
+    no gather; under a mesh into every pass's taps, with no padded copy, so
+    that XLA's partitioner splits a sharded spatial axis with halo
+    exchanges."""
     if platform == "tpu":
         return TPU
-    if platform == "cpu":
+    if platform == "cpu" and not env.mesh:
         phases = _scan.splits_phases(spec.axes, spec.trail)
-        return _scan.ScanForm(materialize=not env.mesh, phases=phases, read_back=True)
+        return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
     return _scan.ScanForm(
-        materialize=False, phases=False, read_back=False, pad_taps=True
+        materialize=False,
+        phases=False,
+        read_back=False,
+        pad_taps=True,
+        partitioned=env.mesh,
     )
 
 
@@ -174,25 +184,34 @@ def algorithm(
 
 
 def backward_form(
-    spec: PoolSpec, chosen: Algorithm, platform: str, env: Environment
+    spec: PoolSpec,
+    chosen: Algorithm,
+    own_indices: bool,
+    platform: str,
+    env: Environment,
 ) -> str:
     """The kernel that runs the ``chosen`` backward (:func:`algorithm`) on
-    ``platform``:
+    ``platform`` (``own_indices``: the forward's indices, as in its VJP):
 
+    - under a mesh, :data:`PARTITIONED` (XLA's covering sum with no gather
+      along axes of regular windows, which XLA's partitioner splits along a
+      sharded spatial axis with halo exchanges) for the gather, and in the
+      VJP for the scatter too: the forward's indices lie in their windows, so
+      it is the scatter's sum, in a fixed order; Pallas's gather stays
+      Pallas's (``shard_map`` it);
     - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
       :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
-      scatter) for the windows ``_tpu.dense`` accepts when no mesh is in
-      context (its phase interleave is not written for arrays that carry
-      their sharding, and every branch is traced, on any platform); else
-      :data:`GATHER`, XLA's covering sum;
+      scatter) for the windows ``_tpu.dense`` accepts; else :data:`GATHER`,
+      XLA's covering sum;
     - the scatter: :data:`SCATTER`.
     """
     xla = implementation(spec, "backward", env) == "xla"
+    if chosen == "gather" and not xla:
+        return PALLAS
+    if env.mesh and (chosen == "gather" or own_indices):
+        return PARTITIONED
     if chosen == "gather":
-        if not xla:
-            return PALLAS
-        tpu = platform == "tpu" and not env.mesh and _tpu.dense(spec)
-        return TPU if tpu else GATHER
+        return TPU if platform == "tpu" and _tpu.dense(spec) else GATHER
     return SCATTER
 
 

@@ -9,7 +9,7 @@ at a time, each carrying the flat index of its choice (:func:`stages`).
 
 The steps, each a function below: the input the taps read (:func:`_source`:
 padded with ``-inf``, its minor axis perhaps split into phases, or left as it
-is when each tap pads itself: :func:`_padded_tap`); one pass over the taps of
+is when each tap pads itself: :func:`padded_tap`); one pass over the taps of
 some axes (:func:`_pass`), starting every window at its first in-bounds tap
 (:func:`_first_tap`), or, along an axis of adaptive windows of two sizes, a
 running max of the smaller size extended by one tap (:func:`_two_size_pass`);
@@ -48,6 +48,10 @@ class ScanForm(NamedTuple):
     phases: bool  # the minor axis read from a phase-split copy (splits_phases)
     read_back: bool  # the values gathered at the indices, not carried
     pad_taps: bool = False  # one pass: each tap pads itself, no padded copy
+    # Under a mesh: every pass's taps pad themselves, so that XLA's partitioner
+    # splits a sharded spatial axis with halo exchanges (a padded copy it
+    # splits unevenly, and exchanges whole shards).
+    partitioned: bool = False
 
 
 def _replaces(value: jax.Array, best: jax.Array) -> jax.Array:
@@ -109,7 +113,8 @@ def window_argmax(
     """
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
     plan = stages(axes)
-    phased, pad_taps = form.phases, form.pad_taps and len(plan) == 1
+    phased = form.phases
+    pad_taps = form.pad_taps and (len(plan) == 1 or form.partitioned)
     best, index = _source(x, axes, lead, phased, pad_taps, form), None
     for group in plan:
         if axes[group[0]].starts:
@@ -196,9 +201,11 @@ def _tap(
     return lax.slice_in_dim(x, start, limit, windows.stride, axis)
 
 
-def _padded_tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.Array:
+def padded_tap(
+    x: jax.Array, axis: int, windows: AxisWindows, tap: int, fill: Any = -jnp.inf
+) -> jax.Array:
     """:func:`_tap` read from the unpadded ``x``: the in-bounds part sliced,
-    then padded with ``-inf``, so that XLA can fold the padding into the
+    then padded with ``fill``, so that XLA can fold the padding into the
     consumer instead of a padded copy of the input."""
     positions = windows.positions(tap)  # increasing: low padding, inside, high
     low = int((positions < 0).sum())
@@ -209,7 +216,7 @@ def _padded_tap(x: jax.Array, axis: int, windows: AxisWindows, tap: int) -> jax.
     part = lax.slice_in_dim(x, start, start + (inside - 1) * stride + 1, stride, axis)
     config = [(0, 0, 0)] * x.ndim
     config[axis] = (low, high, 0)
-    return lax.pad(part, jnp.array(-jnp.inf, x.dtype), config)
+    return lax.pad(part, jnp.array(fill, x.dtype), config)
 
 
 def _pass(
@@ -228,8 +235,11 @@ def _pass(
     ``best`` holds the candidates (the padded input, or an earlier pass's
     values) and ``index`` their partial flat indices (``None`` in the first
     pass, whose taps are in row-major order: :func:`_replaces`; a later pass
-    compares positions: :func:`_after`). With ``pad_taps`` (one pass only)
-    ``best`` is the unpadded input and each tap pads itself.
+    compares positions: :func:`_after`). With ``pad_taps`` ``best`` and
+    ``index`` are unpadded and each tap pads itself; a later pass then never
+    takes a tap in the padding (the padded copy's ``-inf`` there loses every
+    tie with a later position, and one before the window's first in-bounds
+    tap gives way to it).
     """
     strides = row_major_strides([w.size for w in axes])
     values = chosen = None
@@ -237,11 +247,13 @@ def _pass(
         value, tap_index = best, index
         for a, j in zip(group, taps, strict=True):
             if pad_taps:
-                value = _padded_tap(value, lead + a, axes[a], j)
+                value = padded_tap(value, lead + a, axes[a], j)
             else:
                 minor = phased and a == len(axes) - 1
                 value = _tap(value, lead + a, axes[a], j, minor)
-            if tap_index is not None:
+            if tap_index is not None and pad_taps:
+                tap_index = padded_tap(tap_index, lead + a, axes[a], j, 0)
+            elif tap_index is not None:
                 tap_index = _tap(tap_index, lead + a, axes[a], j)
         shape = value.shape
         offset = sum(
@@ -264,6 +276,11 @@ def _pass(
             # real one.)
             tap_index = tap_index + offset
             take = _after(value, tap_index, values, chosen)
+            if pad_taps:
+                for a, j in zip(group, taps, strict=True):
+                    at = axes[a].positions(j)
+                    inside = (at >= 0) & (at < axes[a].size)
+                    take = take & per_window(inside, lead + a, shape)
         take = _first_tap(take, axes, group, taps, lead, shape)
         values = jnp.where(take, value, values)
         chosen = jnp.where(take, tap_index, chosen)

@@ -292,9 +292,12 @@ def unpool_output(
     indices: jax.Array,
     args: UnpoolArgs,
     output_size: Any,
-) -> jax.ShapeDtypeStruct:
+) -> tuple[jax.ShapeDtypeStruct, PoolSpec | None]:
     """Validate an unpool of pooled values ``x`` at ``indices``: the shape and
-    dtype of its result.
+    dtype of its result, and with ``kernel_size`` the pool's windows that
+    produced ``x`` from an input of the result's size (window ``o`` along an
+    axis: ``o * stride - padding + j``, ``j < kernel_size``), where a mesh
+    places each value (``_platform.unpool``); ``None`` without it.
 
     PyTorch's rules (``torch.nn.functional._unpool_output_size``): with
     ``kernel_size``, the default size is ``(in - 1) * stride + kernel_size - 2
@@ -320,6 +323,7 @@ def unpool_output(
                     f"{arg}={value!r} with kernel_size=None"
                 )
         sizes = _given_output_size(name, nd, x.shape, channels_last, output_size)
+        windows = None
     else:
         k, s, p = _window_ints(name, nd, args)
         default = tuple(
@@ -346,10 +350,12 @@ def unpool_output(
                         "default (in - 1) * stride + kernel_size - 2 * padding = "
                         f"{default}, for {window}"
                     )
+        axes = tuple(map(AxisWindows, sizes, spatial, k, s, (-pi for pi in p)))
+        windows = PoolSpec(axes, channels_last, "auto")
     if math.prod(sizes) > INT32_MAX:
         raise ValueError(
             f"{name}: the output must have fewer than 2**31 elements per plane "
             f"(indices are int32), got spatial sizes {sizes}"
         )
     shape = with_spatial(x.shape, nd, int(channels_last), sizes)
-    return jax.ShapeDtypeStruct(shape, x.dtype)
+    return jax.ShapeDtypeStruct(shape, x.dtype), windows

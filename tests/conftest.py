@@ -66,7 +66,9 @@ def _param(item) -> str | None:
 
 def _form(item) -> str | None:
     """The kernel forms a test runs under (see ``helpers.use_forms``): its
-    ``forms`` mark's, or its ``form`` parameter's. A test of the CPU's forms
+    ``forms`` mark's (a module of CPU-only features, such as the torch
+    comparisons and the layers, marks itself ``forms("cpu")``), or its
+    ``form`` parameter's. A test of the CPU's forms
     (``form="cpu"``) emits them alone: its program is the one a CPU user's
     compiles (lowering for one platform keeps that platform's branch alone),
     without tracing the other platforms' forms, which their own tests trace
@@ -74,7 +76,7 @@ def _form(item) -> str | None:
     tests run the platform's own forms (``benchmarks/gpu_check.sh``)."""
     marker = item.get_closest_marker("forms")
     form = marker.args[0] if marker is not None else _param(item)
-    if form == "cpu":
+    if form in ("cpu", "mesh"):  # under a mesh: the CPU's forms there
         return "cpu" if jax.default_backend() == "cpu" else None
     return form if form in ("default", "tpu") else None
 
@@ -102,7 +104,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _kernel_forms(request):
     """The forms the test's ``form`` parameter or ``forms`` mark names, else
-    the platform's own.
+    the platform's own; for ``form="mesh"`` the platform's own under a mesh
+    of one device, which are those that XLA's partitioner splits with halo
+    exchanges (``_policy``).
 
     A form that no CPU user runs is compiled with XLA's optimizations off
     (``jax_disable_most_optimizations``: LLVM at its lowest level; XLA's HLO
@@ -112,6 +116,13 @@ def _kernel_forms(request):
     forms, what a CPU user runs, keep XLA's defaults."""
     helpers.use_forms(_form(request.node))
     helpers.optimize(not _for_other_platforms(request.node))
+    if _param(request.node) != "mesh":
+        yield
+        return
+    # The forms under a mesh (the partitioner's), on one device.
+    mesh = jax.make_mesh((1,), ("batch",), devices=jax.devices()[:1])
+    with jax.set_mesh(mesh):
+        yield
 
 
 @pytest.fixture

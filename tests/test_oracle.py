@@ -4,8 +4,9 @@ The grids of ``cases`` (strided, adaptive and fractional pools) and the
 property sweeps run under each form of ``helpers.FORMS``: the CPU's own, the
 other accelerators' and the TPU's (the seam emits them here on the CPU, so
 they are checked bit for bit; ``tests/test_export.py`` and
-``tests/test_tpu_programs.py`` check that they are what the accelerators get)
-and the Pallas kernels in Pallas's interpreter. Every input kind is in each
+``tests/test_tpu_programs.py`` check that they are what the accelerators get),
+the Pallas kernels in Pallas's interpreter, and (the grids) the forms under a
+mesh, whose partitioning ``tests/test_sharding.py`` reads. Every input kind is in each
 call's planes (``helpers.make_planes``); forward values and indices, the
 gradient through ``jax.vjp``, the standalone backward op and the deterministic
 backward must equal the oracle bit for bit (``jaxpool.verify.compare``, the
@@ -54,8 +55,9 @@ PALLAS_TURN = ["float32", "bfloat16", "float32", "bfloat16", "float64", "float16
 def _grid(table, restart=()):
     """``(name, dtype, form)``: the row's dtypes in the CPU's forms
     (``helpers.row_dtypes``); float32 in one of the accelerators' and the
-    TPU's forms and bfloat16 in the other, swapped from row to row; one dtype
-    a row in Pallas's (:data:`PALLAS_TURN`)."""
+    TPU's forms and bfloat16 in the other, swapped from row to row; on every
+    other row one dtype in Pallas's interpreter (:data:`PALLAS_TURN`), and
+    on the rows between float32 or bfloat16 in the forms under a mesh."""
     params = []
     turn = 0
     for k, name in enumerate(table):
@@ -65,8 +67,12 @@ def _grid(table, restart=()):
         dtypes = ("float32", "bfloat16") if turn % 2 == 0 else ("bfloat16", "float32")
         for form, dtype in zip(("default", "tpu"), dtypes, strict=True):
             params.append(pytest.param(name, dtype, form, marks=FULL))
-        pallas = PALLAS_TURN[turn % len(PALLAS_TURN)]
-        params.append(pytest.param(name, pallas, "pallas", marks=FULL))
+        if k % 2 == 0:  # every other row: Pallas's interpreter is slow
+            pallas = PALLAS_TURN[(turn // 2) % len(PALLAS_TURN)]
+            params.append(pytest.param(name, pallas, "pallas", marks=FULL))
+        else:  # and the forms under a mesh on the others
+            mesh = ("float32", "bfloat16")[(k // 2) % 2]
+            params.append(pytest.param(name, mesh, "mesh", marks=FULL))
         turn += 1
     return params
 
@@ -83,7 +89,8 @@ def test_grids_meet_every_dtype_of_each_form_at_each_rank(table):
     """Rows take their dtypes in turn, not all of them: for each number of
     spatial axes, the CPU's forms still meet every dtype and the
     accelerators' and the TPU's float32 and bfloat16 (a table reordered so
-    that a rank's rows fall on one turn would lose some)."""
+    that a rank's rows fall on one turn would lose some); the forms under a
+    mesh meet both in each table."""
     rows, params = GRIDS[table]
     met = {}
     for param in params:
@@ -93,6 +100,9 @@ def test_grids_meet_every_dtype_of_each_form_at_each_rank(table):
         assert met[nd, "cpu"] == set(DTYPES), (nd, met[nd, "cpu"])
         for form in ("default", "tpu"):
             assert met[nd, form] == {"float32", "bfloat16"}, (nd, form, met[nd, form])
+    # The forms under a mesh, on half the rows: both dtypes in each table.
+    mesh = set().union(*(d for (nd, form), d in met.items() if form == "mesh"))
+    assert mesh == {"float32", "bfloat16"}, mesh
 
 
 @pytest.mark.parametrize("name, dtype, form", GRIDS["POOLS"][1])
@@ -125,7 +135,7 @@ def test_fractional_max_pool(name, dtype, form):
 
 
 # The sweeps: fewer examples in the slower forms (each draws a new program).
-SWEEP_EXAMPLES = {"cpu": None, "default": 25, "tpu": 25, "pallas": 12}
+SWEEP_EXAMPLES = {"cpu": None, "default": 25, "tpu": 25, "pallas": 8}
 FRACTIONAL_EXAMPLES = 12
 SWEEP_FORMS = [
     "cpu",

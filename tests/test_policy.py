@@ -13,6 +13,7 @@ from jaxpool._policy import (
     GATHER,
     MATMUL,
     PALLAS,
+    PARTITIONED,
     ROWS,
     SCATTER,
     TAPS,
@@ -53,8 +54,17 @@ BACKWARD = [
     ("k3 s2 p1", True, "gpu", NEW, "scatter", SCATTER),
     ("k3 s2 p1", True, "gpu", DETERMINISTIC, "gather", GATHER),
     ("k3 s2 p1", True, "tpu", NEW, "gather", TPU),
-    # Under a mesh the TPU's gather is XLA's covering sum.
-    ("k3 s2 p1", True, "tpu", MESH, "gather", GATHER),
+    # Under a mesh every backward of the forward's indices is the covering sum
+    # that XLA's partitioner splits, the scatter's too (the same sum for those
+    # indices); a standalone scatter stays the scatter, any index honoured.
+    ("k3 s2 p1", True, "tpu", MESH, "gather", PARTITIONED),
+    ("k3 s2 p1", True, "cpu", MESH, "scatter", PARTITIONED),
+    ("k3 s2 p1", True, "gpu", MESH, "scatter", PARTITIONED),
+    ("k3 s2 p1 scatter", True, "gpu", MESH, "scatter", PARTITIONED),
+    ("k3 s2 p1 gather", False, "cpu", MESH, "gather", PARTITIONED),
+    ("k3 s2 p1", False, "cpu", MESH, "scatter", SCATTER),
+    ("adaptive 12 -> 5", True, "tpu", MESH, "scatter", PARTITIONED),
+    ("k3 s2 p1 pallas", True, "gpu", MESH, "gather", PALLAS),
     # Indices from anywhere (a standalone backward op): the scatter.
     ("k3 s2 p1", False, "cpu", NEW, "scatter", SCATTER),
     ("k3 s2 p1", False, "gpu", DETERMINISTIC, "scatter", SCATTER),
@@ -92,7 +102,7 @@ def test_backward_table(pool, own, platform, env, algorithm, form):
     spec = POOLS[pool]
     chosen = _policy.algorithm(spec, own, platform, env)
     assert chosen == algorithm
-    assert _policy.backward_form(spec, chosen, platform, env) == form
+    assert _policy.backward_form(spec, chosen, own, platform, env) == form
 
 
 def test_none_takes_pallas_only_where_measured_and_on_a_gpu_host(monkeypatch):
@@ -111,25 +121,26 @@ def test_none_takes_pallas_only_where_measured_and_on_a_gpu_host(monkeypatch):
     "platform, env, form",
     [
         ("cpu", NEW, "cpu"),
-        ("cpu", MESH, "cpu under a mesh"),
+        ("cpu", MESH, "partitioned"),
         ("gpu", NEW, "accelerators"),
-        ("gpu", MESH, "accelerators"),
+        ("gpu", MESH, "partitioned"),
         ("tpu", NEW, TPU),
         ("tpu", MESH, TPU),
     ],
 )
 def test_forward_table(platform, env, form):
-    """The CPU's form reads the values back at the indices and splits a
-    strided minor axis into phases, with its passes in buffers of their own
-    but under a mesh; accelerators carry the values and fold the padding into
-    the taps; a TPU reduces windows."""
+    """Without a mesh the CPU's form reads the values back at the indices,
+    splits a strided minor axis into phases and buffers its passes;
+    accelerators carry the values and fold the padding into a one-pass
+    plan's taps. Under a mesh, into every pass's taps (no padded copy, no
+    gather: XLA's partitioner moves only halos). A TPU reduces windows."""
     got = _policy.forward_form(POOLS["k3 s2 p1"], platform, env)
     if form == TPU:
         assert got == TPU
         return
-    cpu = form.startswith("cpu")
-    assert (got.read_back, got.phases, got.pad_taps) == (cpu, cpu, not cpu)
-    assert got.materialize == (form == "cpu")
+    cpu = form == "cpu"
+    assert (got.read_back, got.phases, got.materialize) == (cpu, cpu, cpu)
+    assert got.pad_taps == (not cpu) and got.partitioned == (form == "partitioned")
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from helpers import assert_close, assert_same, cotangent, make_input, require
 from jax.test_util import check_grads
 
 import jaxpool
-from jaxpool import _backward, _core, _platform, reference
+from jaxpool import _backward, _core, _mesh, _platform, reference
 
 SAMPLES = np.random.default_rng(15).random((2, 3, 2))
 
@@ -401,7 +401,7 @@ def test_eager_calls_trace_once_per_configuration(retrace, monkeypatch, kernel):
     counted = chex.assert_max_traces(original, n=1)
     monkeypatch.setattr(_platform, kernel, counted)
     if kernel == "forward":  # what the custom_vjp calls, jitted at import
-        monkeypatch.setattr(_core, "_forward", _platform.traced_once(counted, 1))
+        monkeypatch.setattr(_core, "_forward", _mesh.traced_once(counted, 1))
     same, new = _same_then_new(kernel)
     first = same[0]()
     for call in same[1:]:
@@ -429,9 +429,9 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
         return run
 
     forward = counting(_platform.forward, "forward")
-    monkeypatch.setattr(_core, "_forward", _platform.traced_once(forward, 1))
+    monkeypatch.setattr(_core, "_forward", _mesh.traced_once(forward, 1))
     gather = counting(_backward.gather_sum, "gather")
-    traced_gather = _platform.traced_once(gather, (2, 3, 4, 5))
+    traced_gather = _mesh.traced_once(gather, (2, 3, 4, 5))
     monkeypatch.setattr(_platform, "_gather_sum", traced_gather)
     window = dict(kernel_size=3, stride=2, padding=1)  # overlapping: GPU's gather
 

@@ -16,10 +16,15 @@ from helpers import (
     rng_for,
     to_torch,
 )
+from jax.experimental import checkify
 from jax.test_util import check_grads
 
 import jaxpool
 from jaxpool import reference
+
+# The CPU's forms alone: these tests check the CPU's numbers; the other
+# platforms' forms are traced and run in their own tests (tests/conftest.py).
+pytestmark = pytest.mark.forms("cpu")
 
 POOL = {
     1: jaxpool.max_pool1d_with_argmax,
@@ -170,3 +175,42 @@ def test_whole_shape_output_size_in_either_layout():
         jaxpool.max_unpool2d(
             move(values), move(indices), 2, output_size=x.shape, channels_last=True
         )
+
+
+def _one_device_mesh():
+    return jax.set_mesh(jax.make_mesh((1,), ("batch",), devices=jax.devices()[:1]))
+
+
+@pytest.mark.parametrize("window", [(2, 2, 0), (3, 2, 1)], ids=["k2 s2", "k3 s2 p1"])
+def test_under_a_mesh_each_value_lands_in_its_window(window):
+    """Under a mesh, given the pool's windows, the unpool places each value
+    within its own window (what XLA's partitioner splits with halos): the
+    pool's indices land as the scatter lands them, and so does the
+    gradient; an index outside its window is dropped there, and the checked
+    mode names it."""
+    k, s, p = window
+    x = make_input(np.random.default_rng(8), (2, 3, 10, 9), "float32", "ties")
+    values, indices = jaxpool.max_pool2d_with_argmax(x, k, s, p)
+
+    def unpool(v, i, **kw):
+        return jaxpool.max_unpool2d(v, i, k, s, p, output_size=(10, 9), **kw)
+
+    want = unpool(values, indices)
+    want_grad = jax.grad(lambda v: jnp.sum(unpool(v, indices) ** 2))(values)
+    with _one_device_mesh():
+        assert_same(jax.jit(unpool)(values, indices), want)
+        grad = jax.jit(jax.grad(lambda v: jnp.sum(unpool(v, indices) ** 2)))(values)
+        assert_same(grad, want_grad)
+        outside = np.asarray(indices).copy()
+        outside[0, 0, 0, 0] = 9 * 9  # in the plane, not in window (0, 0)
+        assert jax.jit(unpool)(values, outside)[0, 0, 9, 0] == 0  # dropped
+        checked = checkify.checkify(
+            jax.jit(lambda v, i: unpool(v, i, check_indices=True))
+        )
+        err, _ = checked(values, outside)
+        with pytest.raises(
+            checkify.JaxRuntimeError,
+            match=r"81 at position \[0 0 0 0\], outside its window",
+        ):
+            err.throw()
+    assert unpool(values, outside)[0, 0, 9, 0] == values[0, 0, 0, 0]  # no mesh: placed

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._columns import coordinates
+from .._columns import coordinates, interleave
 from .._planes import accumulation_dtype, in_plane, positive_zeros
 from .._windows import AxisWindows, PoolSpec, row_major_strides, split
 from . import layout
@@ -245,7 +245,7 @@ def phase_sum(
     zeros = jnp.zeros(like.shape, acc, out_sharding=sharding)
     every = itertools.product(*(range(w.stride) for w in axes))
     stacked = jnp.stack([phases.get(key, zeros) for key in every])
-    return _interleave(
+    return _phases_interleaved(
         stacked.reshape(*(w.stride for w in axes), *like.shape), spec, lead
     )
 
@@ -297,21 +297,11 @@ def phase_major_sum(
         part = jnp.where(take, g, jnp.zeros((), g.dtype)).astype(acc)
         parts.append(jnp.where(ours, part, other))
     total = lax.optimization_barrier(functools.reduce(jnp.add, parts))
-    return _interleave(total, spec, lead)
+    return _phases_interleaved(total, spec, lead)
 
 
-def _interleave(stacked: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
+def _phases_interleaved(stacked: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     """The stride phases stacked phase-major, ``(*strides, *B, *rows, *T)``,
-    interleaved along each spatial axis (moved beside their axes, merged)
-    and cut to the input's size: ``(*B, *S, *T)``."""
-    nd = spec.nd
-    order = list(range(nd, nd + lead))
-    for a in range(nd):
-        order += [nd + lead + a, a]
-    order += list(range(2 * nd + lead, stacked.ndim))
-    shape = stacked.shape[nd:]
-    rows = (shape[lead + a] * w.stride for a, w in enumerate(spec.axes))
-    merged = stacked.transpose(order).reshape(*shape[:lead], *rows, *shape[lead + nd :])
-    for a, w in enumerate(spec.axes):
-        merged = lax.slice_in_dim(merged, 0, w.size, axis=lead + a)
-    return merged
+    interleaved into the input's ``(*B, *S, *T)`` (``_columns.interleave``)."""
+    strides = [w.stride for w in spec.axes]
+    return interleave(stacked, strides, spec.in_size, lead)
