@@ -72,7 +72,14 @@ EXPECTATIONS = {
     "batch": lambda ns: ns["batch"].shape == (4, 3, 8, 8, 8),
     "head": lambda ns: ns["pooled"].shape == (4, 2, 2, 16),
     "message": lambda ns: "holds 16 at position [0 0 1 1]" in ns["message"],
-    "grad_xs": lambda ns: ns["grad_xs"].sharding.spec[:2] == ("n", "c"),
+    # Sharded along D like its input, and one device's gradient to the bit.
+    "volume_grad": lambda ns: (
+        ns["volume_grad"].sharding.spec[2] == "d"
+        and np.array_equal(
+            np.asarray(ns["volume_grad"]),
+            np.asarray(jax.jit(jax.grad(ns["segnet_block"]))(ns["x"])),
+        )
+    ),
     "values_dot": lambda ns: ns["values_dot"].shape == ns["values"].shape,
     "hvp": lambda ns: np.allclose(
         ns["hvp"], np.tensordot(ns["hessian"], ns["v"], axes=4), rtol=1e-5, atol=1e-5
