@@ -9,7 +9,7 @@ import pytest
 from helpers import require
 
 # The full tier (tests/conftest.py): the examples train for a while.
-pytestmark = pytest.mark.full
+pytestmark = [pytest.mark.full, pytest.mark.forms("cpu")]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

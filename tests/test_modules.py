@@ -13,6 +13,10 @@ from helpers import assert_same, make_input, require, rng_for
 
 import jaxpool
 
+# The CPU's forms alone: these tests check the CPU's numbers; the other
+# platforms' forms are traced and run in their own tests (tests/conftest.py).
+pytestmark = pytest.mark.forms("cpu")
+
 X5 = make_input(rng_for("modules"), (2, 6, 7, 5, 3), "float32", "ties")  # N D H W C
 X4 = make_input(rng_for("modules-2d"), (2, 8, 9, 3), "float32", "random")  # N H W C
 

@@ -44,6 +44,10 @@ from helpers import (
 import jaxpool.torchax
 from jaxpool import reference
 
+# The CPU's forms alone: these tests check the CPU's numbers; the other
+# platforms' forms are traced and run in their own tests (tests/conftest.py).
+pytestmark = pytest.mark.forms("cpu")
+
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = jax.dtypes.canonicalize_dtype(jnp.int64)  # torchax's int64 without x64
 

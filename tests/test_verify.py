@@ -10,6 +10,10 @@ from helpers import require
 
 from jaxpool import _scan, verify
 
+# The CPU's forms alone: these tests check the CPU's numbers; the other
+# platforms' forms are traced and run in their own tests (tests/conftest.py).
+pytestmark = pytest.mark.forms("cpu")
+
 
 def test_verify_passes_on_every_op(tmp_path):
     out = io.StringIO()
