@@ -46,25 +46,41 @@ DEVICES = (1, 2, 4, 8)
 
 COLLECTIVE = re.compile(
     r"=\s*(?P<type>\(.*?\)|\S+)\s+(?P<op>all-gather|all-to-all|collective-permute"
-    r"|reduce-scatter|all-reduce)(?:-start)?\("
+    r"|reduce-scatter|all-reduce)(?P<start>-start)?\("
 )
-ITEM = {"f32": 4, "s32": 4, "bf16": 2, "f16": 2, "s8": 1, "pred": 1, "f64": 8}
+ITEM = {
+    "f64": 8,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "s8": 1,
+    "pred": 1,
+}
 
 
 def collectives(hlo: str) -> list[dict[str, Any]]:
-    """Each collective of a compiled program: its op, its result's shapes and
-    their bytes (per device)."""
+    """Each collective of a compiled program: its op, the arrays it delivers
+    (``shapes``: ``(dtype, dims)``; of an asynchronous ``-start``, whose type
+    is the tuple (operand, result, context), the result alone) and their
+    bytes (per device)."""
     found = []
     for line in hlo.splitlines():
         m = COLLECTIVE.search(line)
         if m is None:
             continue
-        shapes = re.findall(r"(\w+)\[([\d,]*)\]", m["type"])
-        size = sum(
-            ITEM.get(t, 4) * math.prod(int(d) for d in dims.split(",") if d)
-            for t, dims in shapes
+        shapes = [
+            (t, [int(d) for d in dims.split(",") if d])
+            for t, dims in re.findall(r"(\w+)\[([\d,]*)\]", m["type"])
+        ]
+        if m["start"] and m["type"].startswith("("):
+            shapes = shapes[1:2]
+        size = sum(ITEM.get(t, 4) * math.prod(dims) for t, dims in shapes)
+        found.append(
+            {"op": m["op"], "type": m["type"][:80], "shapes": shapes, "bytes": size}
         )
-        found.append({"op": m["op"], "type": m["type"][:80], "bytes": size})
     return found
 
 

@@ -29,7 +29,6 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import functools
 import json
 import math
-import re
 import sys
 from typing import Any
 
@@ -42,25 +41,11 @@ from jax.sharding import PartitionSpec as P
 
 import jaxpool
 
-COLLECTIVE = re.compile(
-    r"=\s*(?P<type>\(.*?\)|\S+)\s+(?P<op>all-gather|all-to-all|collective-permute"
-    r"|reduce-scatter|all-reduce)(?:-start)?\("
-)
-ITEM = {"f32": 4, "s32": 4, "bf16": 2, "f16": 2, "s8": 1, "s16": 2, "pred": 1}
+# The compiled program's collectives, as the benchmark reads them.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import sharded
 
-
-def moves(hlo: str) -> list[dict[str, Any]]:
-    """Each collective: its op and the shapes it moves (``(dtype, dims)``)."""
-    found = []
-    for line in hlo.splitlines():
-        m = COLLECTIVE.search(line)
-        if m is not None:
-            shapes = [
-                (t, [int(d) for d in dims.split(",") if d])
-                for t, dims in re.findall(r"(\w+)\[([\d,]*)\]", m["type"])
-            ]
-            found.append({"op": m["op"], "shapes": shapes})
-    return found
+moves = sharded.collectives
 
 
 def array_traffic(found: list[dict[str, Any]]) -> list[str]:
@@ -78,12 +63,11 @@ def beyond_halos(found: list[dict[str, Any]], row_bytes: int, rows: int) -> list
     each, a row of the input along a sharded axis, whole along the others)."""
     bad = []
     for m in found:
-        size = sum(ITEM.get(t, 4) * math.prod(dims) for t, dims in m["shapes"] if dims)
-        if m["op"] == "all-reduce" and size == 0:
+        if m["op"] == "all-reduce" and not any(dims for _, dims in m["shapes"]):
             continue
-        if m["op"] == "collective-permute" and size <= rows * row_bytes:
+        if m["op"] == "collective-permute" and m["bytes"] <= rows * row_bytes:
             continue
-        bad.append(f"{m['op']} {m['shapes']} ({size} bytes)")
+        bad.append(f"{m['op']} {m['shapes']} ({m['bytes']} bytes)")
     return bad
 
 
@@ -367,9 +351,6 @@ def memory_scenario() -> list[dict]:
     """Per device, the step's temporaries and outputs as the devices that
     split D grow, jaxpool's and ``lax.reduce_window``'s
     (``benchmarks/sharded.py``, its small volume)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    import sharded
-
     return [
         {k: r[k] for k in ("contender", "devices", "temp_mib", "output_mib")}
         for n in sharded.DEVICES
