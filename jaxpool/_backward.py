@@ -144,15 +144,14 @@ def phased(
     lead, _ = split(values.ndim, nd, trail)
     plans = [_phases(w) for w in axes]
     rows = [-(-w.size // plan[0].stride) for w, plan in zip(axes, plans, strict=True)]
-    strides = row_major_strides(spec.in_size)
     results = []
     for phases in itertools.product(*plans):
         shape = with_spatial(values.shape, nd, trail, rows)
-        here = jnp.zeros((), indices.dtype)
-        for a, ph in enumerate(phases):
-            positions = np.arange(rows[a]) * ph.stride + ph.phase
-            column = (positions * strides[a]).astype(np.int32)
-            here = here + per_window(column, lead + a, shape).astype(indices.dtype)
+        positions = [
+            np.arange(n) * ph.stride + ph.phase
+            for n, ph in zip(rows, phases, strict=True)
+        ]
+        here = flat_offsets(positions, spec.in_size, trail, lead).astype(indices.dtype)
         acc = jnp.zeros(shape, values.dtype, out_sharding=sharding)
         for slots in itertools.product(*(range(ph.slots) for ph in phases)):
             v, i = values, indices
@@ -205,20 +204,17 @@ def read(arr: jax.Array, indices: jax.Array, spec: PoolSpec) -> jax.Array:
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     lead, _ = split(arr.ndim, nd, trail)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
-    strides = row_major_strides(spec.in_size)
     spans = [(w.taps - 1) * w.dilation + 1 for w in axes]
     dense = tuple(
         w._replace(taps=n, dilation=1) for w, n in zip(axes, spans, strict=True)
     )
     out = jnp.zeros(indices.shape, arr.dtype)
     for taps in itertools.product(*map(range, spans)):
-        value, here = arr, jnp.zeros((), indices.dtype)
+        value = arr
         for a, (w, j) in enumerate(zip(dense, taps, strict=True)):
             value = padded_tap(value, lead + a, w, j, 0)
-            column = (w.positions(j) * strides[a]).astype(np.int32)
-            here = here + per_window(column, lead + a, indices.shape).astype(
-                indices.dtype
-            )
+        positions = [w.positions(j) for w, j in zip(dense, taps, strict=True)]
+        here = flat_offsets(positions, spec.in_size, trail, lead).astype(indices.dtype)
         out = jnp.where(indices == here, value, out)
     return out
 

@@ -16,11 +16,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.core import Tracer
 from jax.experimental import checkify
 
-from ._columns import coordinates
+from ._columns import coordinates, per_window
 from ._windows import (
     ALGORITHMS,
     IMPLEMENTATIONS,
@@ -231,16 +230,12 @@ def _in_window(indices: jax.Array, windows: PoolSpec) -> jax.Array:
     lead, _ = split(indices.ndim, windows.nd, windows.trail)
     flat = jnp.clip(indices, 0, max(0, math.prod(windows.in_size) - 1))
     inside = jnp.ones(indices.shape, bool)
-    for a, (w, c) in enumerate(
-        zip(
-            windows.axes,
-            coordinates(flat.astype(jnp.int32), windows.in_size),
-            strict=True,
+    at = coordinates(flat.astype(jnp.int32), windows.in_size)
+    for a, (w, c) in enumerate(zip(windows.axes, at, strict=True)):
+        lo, hi = (
+            per_window(b.astype(np.int32), lead + a, indices.shape) for b in w.span()
         )
-    ):
-        o = lax.broadcasted_iota(jnp.int32, indices.shape, lead + a)
-        start = o * w.stride + w.offset
-        inside = inside & (c >= start) & (c < start + (w.taps - 1) * w.dilation + 1)
+        inside = inside & (c >= lo) & (c < hi)
     return inside
 
 

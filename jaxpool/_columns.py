@@ -91,16 +91,19 @@ def fill_empty(
 
 
 def flat_offsets(
-    positions: Sequence[np.ndarray], in_size: tuple[int, ...], trail: int = 0
+    positions: Sequence[np.ndarray],
+    in_size: tuple[int, ...],
+    trail: int = 0,
+    lead: int = 0,
 ) -> jax.Array:
-    """int32 flat offsets ``sum(pos[a] * plane_stride[a])``, shape ``(*P, 1 *
-    trail)`` where ``P`` are the positions' lengths."""
+    """int32 flat offsets ``sum(pos[a] * plane_stride[a])``, shape ``(1 *
+    lead, *P, 1 * trail)`` where ``P`` are the positions' lengths."""
     n = len(positions)
     strides = row_major_strides(in_size)
-    shape = (1,) * (n + trail)
+    shape = (1,) * (lead + n + trail)
     flat = jnp.zeros(shape, jnp.int32)
     for a, (pos, stride) in enumerate(zip(positions, strides, strict=True)):
-        flat = flat + per_window((pos * stride).astype(np.int32), a, shape)
+        flat = flat + per_window((pos * stride).astype(np.int32), lead + a, shape)
     return flat
 
 

@@ -207,10 +207,11 @@ def unpool(
     windows: PoolSpec | None,
 ) -> jax.Array:
     """``values`` placed at ``indices`` in zeros shaped like ``out``: a
-    scatter, which honours any index inside the plane; under a mesh, given
-    the pool's ``windows``, each value within its own window
-    (``_backward.place``: no scatter, for XLA's partitioner)."""
-    if windows is None or not under_mesh(indices):
+    scatter, which honours any index inside the plane; given the pool's
+    ``windows`` (``_core.unpool`` gives them under a mesh alone), each value
+    within its own window (``_backward.place``: no scatter, for XLA's
+    partitioner)."""
+    if windows is None:
         return scatter(values, indices, x=out, nd=nd, trail=trail, accumulate=False)
     if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
         return auto(lambda v, i: unpool(v, i, out, nd, trail, windows))(values, indices)
@@ -222,12 +223,12 @@ def unpool_cotangent(
     ct: jax.Array, indices: jax.Array, nd: int, trail: int, windows: PoolSpec | None
 ) -> jax.Array:
     """The unpool's gradient: ``ct`` read at the indices (0 outside the
-    plane); under a mesh, given the pool's ``windows``, within each index's
-    window (``_backward.read``, the transpose of :func:`unpool`'s placing)."""
+    plane); given the pool's ``windows``, within each index's window
+    (``_backward.read``, the transpose of :func:`unpool`'s placing)."""
     if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
         read = lambda c, i: unpool_cotangent(c, i, nd, trail, windows)  # noqa: E731
         return auto(read)(ct, indices)
-    if windows is None or not under_mesh(indices):
+    if windows is None:
         return _planes.gather_at(ct, indices, nd, trail, 0.0)
     return _backward.read(ct, indices, windows)
 
