@@ -109,7 +109,7 @@ def _phases(w: AxisWindows) -> list[_Phase]:
     floor((q - offset) / stride)``: a constant shift per phase."""
     if w.starts:
         return [_Phase(1, 0, 0, len(w.covering()))]
-    s, span = w.stride, (w.taps - 1) * w.dilation + 1
+    s, span = w.stride, w.extent
     c = w.offset + span - 1
     phases = []
     for q in range(s):
@@ -204,7 +204,7 @@ def read(arr: jax.Array, indices: jax.Array, spec: PoolSpec) -> jax.Array:
     axes, nd, trail = spec.axes, spec.nd, spec.trail
     lead, _ = split(arr.ndim, nd, trail)
     indices = indices.astype(jnp.promote_types(indices.dtype, jnp.int32))
-    spans = [(w.taps - 1) * w.dilation + 1 for w in axes]
+    spans = [w.extent for w in axes]
     dense = tuple(
         w._replace(taps=n, dilation=1) for w, n in zip(axes, spans, strict=True)
     )
@@ -331,7 +331,7 @@ def _covering_row(w: AxisWindows, table: np.ndarray, m: int) -> Any:
     if w.starts or w.size <= EMBEDDED:
         return table[m]
     p = lax.iota(jnp.int32, w.size) - w.offset
-    span = (w.taps - 1) * w.dilation + 1
+    span = w.extent
     first = jnp.clip((p - span) // w.stride + 1, 0, w.out)
     last = jnp.clip(p // w.stride + 1, 0, w.out) - 1
     return jnp.where(first + m <= last, first + m, w.out)

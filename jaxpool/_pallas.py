@@ -232,7 +232,7 @@ def _covering(w: AxisWindows, c: jax.Array) -> tuple[jax.Array, jax.Array, int]:
         low = _div(c * w.out, w.size)
         high = _div((c + 1) * w.out + w.size - 1, w.size) - 1
     else:  # o covers c iff o s + offset <= c < o s + offset + span
-        span = (w.taps - 1) * w.dilation + 1
+        span = w.extent
         lift = -(-(span - w.offset) // w.stride) + 1  # keeps numerators >= 0
         low = _div(c - w.offset - span + lift * w.stride, w.stride) - lift + 1
         high = _div(c - w.offset, w.stride)

@@ -48,12 +48,18 @@ class AxisWindows(NamedTuple):
     ends: tuple[int, ...] = ()
 
     @property
+    def extent(self) -> int:
+        """The input positions one regular window reaches, first tap to last
+        (``(taps - 1) * dilation + 1``)."""
+        return (self.taps - 1) * self.dilation + 1
+
+    @property
     def pad(self) -> tuple[int, int]:
         """``-inf`` padding (low, high) that every regular tap slice needs."""
         if self.starts:
             return 0, 0
-        last = (self.out - 1) * self.stride + (self.taps - 1) * self.dilation
-        return max(0, -self.offset), max(0, last + self.offset + 1 - self.size)
+        end = (self.out - 1) * self.stride + self.extent
+        return max(0, -self.offset), max(0, end + self.offset - self.size)
 
     def positions(self, tap: int) -> np.ndarray:
         """Input position read by ``tap`` for every output, shape ``(out,)``."""
@@ -64,14 +70,14 @@ class AxisWindows(NamedTuple):
     @property
     def disjoint(self) -> bool:
         """Whether no two windows share an input position (regular windows)."""
-        return not self.starts and self.stride >= (self.taps - 1) * self.dilation + 1
+        return not self.starts and self.stride >= self.extent
 
     def span(self) -> tuple[np.ndarray, np.ndarray]:
         """Each window's half-open range ``[lo, hi)`` of input positions."""
         if self.starts:
             return np.asarray(self.starts), np.asarray(self.ends)
         lo = np.arange(self.out) * self.stride + self.offset
-        return lo, lo + (self.taps - 1) * self.dilation + 1
+        return lo, lo + self.extent
 
     def covering(self) -> np.ndarray:
         """``(slots, size)`` table: the ``m``-th window whose span holds position

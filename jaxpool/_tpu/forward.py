@@ -86,7 +86,7 @@ def reading(w: AxisWindows) -> _Reading:
     8, int4). (Adaptive windows of two sizes: :func:`staged_argmax`.)"""
     first = max(0, w.offset)
     low = max(0, -w.offset)
-    span = (w.taps - 1) * w.dilation + 1
+    span = w.extent
     high = max(0, (w.out - 1) * w.stride + span - low - (w.size - first))
     base = np.arange(w.out) * w.stride + w.offset
     positions = np.arange(first, w.size)
