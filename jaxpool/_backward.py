@@ -56,8 +56,8 @@ def covering_sum(
       sharding: of the arrays built here (see ``_mesh.plane_sharding``).
       tangent: the sum of tangents, their zeros as they are.
       partitioned: along axes of regular windows, each covering window's
-        gradient and index read by repeating the outputs and shifting them
-        into place (:func:`_repeated`), not by a gather: XLA's partitioner
+        gradient and index read per stride phase by shifting the outputs
+        into place (:func:`phased`), not by a gather: XLA's partitioner
         splits that along a sharded spatial axis with halo exchanges. The
         same sum, in the same order, to the bit.
     """
@@ -160,9 +160,10 @@ def phased(
                     window = _covering_row(w, w.covering(), m)
                     v = _spread(v, lead + a, w, window, 0)
                     i = _spread(i, lead + a, w, window, -1)
-                else:
-                    v = _shifted(v, lead + a, ph.first + m, rows[a], 0)
-                    i = _shifted(i, lead + a, ph.first + m, rows[a], -1)
+                else:  # output rows first + m on: a tap of stride 1
+                    shift = AxisWindows(w.out, rows[a], 1, offset=ph.first + m)
+                    v = padded_tap(v, lead + a, shift, 0, 0)
+                    i = padded_tap(i, lead + a, shift, 0, -1)
             acc = combine(acc, v, i, here)
         results.append(acc)
     counts = tuple(len(p) for p in plans)
@@ -217,19 +218,6 @@ def read(arr: jax.Array, indices: jax.Array, spec: PoolSpec) -> jax.Array:
         here = flat_offsets(positions, spec.in_size, trail, lead).astype(indices.dtype)
         out = jnp.where(indices == here, value, out)
     return out
-
-
-def _shifted(arr: jax.Array, axis: int, shift: int, rows: int, fill: int) -> Any:
-    """``arr`` along ``axis`` shifted by ``shift`` rows and cut or padded with
-    ``fill`` to ``rows``: row ``r`` is ``arr``'s row ``r + shift``. A slice
-    then a pad, as each tap of the forward reads its input."""
-    start, stop = max(0, shift), max(0, min(arr.shape[axis], shift + rows))
-    start = min(start, stop)
-    part = lax.slice_in_dim(arr, start, stop, axis=axis)
-    low = min(rows, max(0, -shift))
-    config = [(0, 0, 0)] * arr.ndim
-    config[axis] = (low, rows - low - (stop - start), 0)
-    return lax.pad(part, jnp.array(fill, arr.dtype), config)
 
 
 def gather_sum(
