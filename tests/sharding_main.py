@@ -83,11 +83,6 @@ def _same(a: Any, b: Any) -> bool:
     )
 
 
-def _memory(compiled: Any) -> float:
-    m = compiled.memory_analysis()
-    return (m.temp_size_in_bytes + m.output_size_in_bytes) / 2**20
-
-
 # ----------------------------------------------------------- N, C sharding
 
 OPS = {
