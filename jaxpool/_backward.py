@@ -9,6 +9,7 @@ over its positions); elsewhere one gather per covering window.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -20,8 +21,8 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._columns import EMBEDDED, flat_offsets, interleave, per_window
-from ._planes import _flatten, accumulation_dtype, positive_zeros
+from ._columns import EMBEDDED, empty_windows, flat_offsets, interleave, per_window
+from ._planes import _flatten, accumulation_dtype, positive_zeros, scatter
 from ._scan import padded_tap
 from ._windows import AxisWindows, PoolSpec, row_major_strides, split, with_spatial
 
@@ -85,6 +86,244 @@ def covering_sum(
         g = g if tangent else positive_zeros(g)
         total = total + jnp.where(i == here, g, jnp.zeros((), acc))
     return total
+
+
+def _beats(v: jax.Array, i: jax.Array, w: jax.Array, j: jax.Array) -> jax.Array:
+    """Whether ``(v, i)`` (a value and its flat position) beats ``(w, j)`` in
+    the forward's selection, a total order (``_scan._after``)."""
+    v_nan, w_nan = jnp.isnan(v), jnp.isnan(w)
+    numbers = ~w_nan & ((v > w) | ((v == w) & (i < j)))
+    return jnp.where(v_nan, ~w_nan | (i > j), numbers)
+
+
+def _least(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> Any:
+    """The covering reduction's reducer, of ``(value, index, gradient)``
+    triples: the one whose chosen element the forward's order ranks lower,
+    with the gradients of both where they chose the same element."""
+    (v, i, g), (w, j, h) = a, b
+    same = i == j
+    take_a = ~same & _beats(w, j, v, i)
+    total = jnp.where(same, g + h, jnp.where(take_a, g, h))
+    return jnp.where(take_a, v, w), jnp.where(take_a, i, j), total
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6))
+def covering_reduction(
+    grad_output: jax.Array,
+    values: jax.Array,
+    indices: jax.Array,
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any = None,
+    phased: tuple[bool, ...] | None = None,
+) -> jax.Array:
+    """:func:`covering_sum` of the forward's own ``values`` and ``indices``, as
+    one variadic window reduction: the program does not grow with the
+    window's size.
+
+    The forward's choice is a maximum under a total order on (value,
+    position), so a window that covers an element ``e`` (holds it as a tap)
+    chose ``e`` or an element the order ranks above it: the windows that
+    chose ``e`` are those whose choice ranks lowest among the windows that
+    cover it, if that choice is ``e``. So the gradient at ``e`` is one
+    reduction over the windows that cover it, keeping the lowest ranked
+    choice and summing the gradients of the windows that made it
+    (:func:`_least`), then kept where that choice is ``e``. Those windows
+    are a window of the output grid dilated by the stride (holes hold the
+    reduction's initial value, which ranks above every element: a NaN at a
+    position past every other), their taps a window dilated by the pool's
+    dilation, visited in increasing window order: the sum adds in the order
+    of :func:`covering_sum`. Windows with no in-bounds tap cover no element
+    (:func:`add_aliased` adds theirs). In the accumulation dtype, -0.0
+    gradients as +0.0; regular windows only (``spec.axes`` without
+    ``starts``).
+
+    ``phased``: the axes read per stride phase of the input instead
+    (:func:`_phase_reading`: along one phase, the windows that cover a row
+    are a window of the output grid shifted, with no holes), one reduction
+    per combination of their phases, interleaved once. XLA's partitioner
+    splits a reduction over a dilated base along a sharded spatial axis into
+    an invalid program where its outputs do not divide among the devices
+    (the seam's ``_mesh.uneven``).
+
+    Args:
+      grad_output: ``(*B, *O, *T)`` gradients of the pooled values.
+      values: ``(*B, *O, *T)`` the forward's values.
+      indices: ``(*B, *O, *T)`` the forward's indices.
+      x: shape ``(*B, *S, *T)`` and dtype of the result.
+      spec: the pool.
+      sharding: of the arrays built here (see ``_mesh.plane_sharding``).
+      phased: per spatial axis, whether it is read per stride phase.
+    """
+    nd, trail = spec.nd, spec.trail
+    lead, _ = split(grad_output.ndim, nd, trail)
+    acc = accumulation_dtype(x.dtype)
+    phased = phased or (False,) * nd
+    operands = (
+        values,
+        indices.astype(jnp.int32),
+        positive_zeros(grad_output.astype(acc)),
+    )
+    inits = (
+        jnp.array(jnp.nan, values.dtype),
+        jnp.array(np.iinfo(np.int32).max, jnp.int32),
+        jnp.zeros((), acc),
+    )
+    ones = [1] * grad_output.ndim
+    axes = list(spec.axes)
+    for a, w in enumerate(spec.axes):
+        if phased[a] and w.disjoint:
+            # At most one window covers each element along this axis: its
+            # entries placed there (phase by phase), nothing reduced.
+            operands = _placed(operands, inits, w, lead + a, sharding)
+            axes[a] = AxisWindows(w.size, w.size, 1)
+    spec = spec._replace(axes=tuple(axes))
+    phased = tuple(p and w.stride > 1 for p, w in zip(phased, spec.axes, strict=True))
+    # Per phase of the phased axes (stride 1 elsewhere): rows of each axis.
+    strides = [w.stride if p else 1 for w, p in zip(spec.axes, phased, strict=True)]
+    rows = [-(-w.size // s) for w, s in zip(spec.axes, strides, strict=True)]
+    shape = with_spatial(grad_output.shape, nd, trail, rows)
+    results = []
+    for phase in itertools.product(*(range(s) for s in strides)):
+        reading, dims, base, dilation = (
+            list(operands),
+            list(ones),
+            list(ones),
+            list(ones),
+        )
+        pads = [(0, 0)] * len(ones)
+        empty = False
+        for a, (w, p, q) in enumerate(zip(spec.axes, phased, phase, strict=True)):
+            axis = lead + a
+            if p:  # a shifted window of the output grid, no holes
+                first, count, step = _phase_reading(w, q)
+                empty = empty or count == 0
+                length = rows[a] + (max(count, 1) - 1) * step
+                config = [(0, 0, 0)] * grad_output.ndim
+                config[axis] = (-first, length - (w.out - first), 0)
+                reading = [
+                    lax.pad(o, i, config) for o, i in zip(reading, inits, strict=True)
+                ]
+                dims[axis], dilation[axis] = max(count, 1), step
+                continue
+            # Window o's tap j reads o * stride + offset + j * dilation:
+            # element e is covered by the windows at (e - offset - j *
+            # dilation) / stride, the taps reversed (windows increasing).
+            low = w.offset + (w.taps - 1) * w.dilation
+            dilated = (w.out - 1) * w.stride + 1
+            high = max(0, w.size + (w.taps - 1) * w.dilation - low - dilated)
+            dims[axis], base[axis] = w.taps, w.stride
+            dilation[axis], pads[axis] = w.dilation, (low, high)
+        if empty:  # no window covers this phase
+            results.append(jnp.zeros(shape, acc, out_sharding=sharding))
+            continue
+        _, chosen, total = lax.reduce_window(
+            tuple(reading),
+            inits,
+            _least,
+            dims,
+            ones,
+            pads,
+            base_dilation=base,
+            window_dilation=dilation,
+        )
+        for a, n in enumerate(rows):
+            chosen = lax.slice_in_dim(chosen, 0, n, axis=lead + a)
+            total = lax.slice_in_dim(total, 0, n, axis=lead + a)
+        positions = [
+            np.arange(n) * s + q for n, s, q in zip(rows, strides, phase, strict=True)
+        ]
+        here = flat_offsets(positions, spec.in_size, trail, lead)
+        results.append(jnp.where(chosen == here, total, jnp.zeros((), acc)))
+    if len(results) == 1:
+        return results[0]
+    split_sharding = None
+    if sharding is not None:  # the phases' axes lead, unsharded
+        parts = PartitionSpec(*(None,) * nd, *sharding.spec)
+        split_sharding = NamedSharding(sharding.mesh, parts)
+    stacked = jnp.reshape(
+        jnp.stack(results), (*strides, *shape), out_sharding=split_sharding
+    )
+    return interleave(stacked, strides, spec.in_size, lead, sharding)
+
+
+def _placed(
+    operands: tuple[jax.Array, ...],
+    inits: tuple[jax.Array, ...],
+    w: AxisWindows,
+    axis: int,
+    sharding: Any,
+) -> tuple[jax.Array, ...]:
+    """``operands`` (the output grid's) placed along ``axis``, whose regular
+    windows ``w`` are disjoint, at the positions of the input's: each
+    element the entries of the window whose tap it is, ``inits`` where there
+    is none. One shifted slice per stride phase (:func:`_phase_reading`),
+    interleaved once."""
+    rows = -(-w.size // w.stride)
+    lead = axis  # the phases' interleave sees the axis as the only one
+    placed = []
+    for operand, init in zip(operands, inits, strict=True):
+        phases = []
+        for q in range(w.stride):
+            first, count, _ = _phase_reading(w, q)
+            config = [(0, 0, 0)] * operand.ndim
+            config[axis] = (-first, rows - (w.out - first), 0)
+            shifted = lax.pad(operand, init, config)
+            phases.append(shifted if count else jnp.full_like(shifted, init))
+        stacked = jnp.stack(phases)
+        merged = jnp.moveaxis(stacked, 0, axis + 1)
+        shape = list(operand.shape)
+        shape[axis] = rows * w.stride
+        merged = jnp.reshape(merged, shape, out_sharding=sharding)
+        placed.append(lax.slice_in_dim(merged, 0, w.size, axis=lead))
+    return tuple(placed)
+
+
+def _phase_reading(w: AxisWindows, q: int) -> tuple[int, int, int]:
+    """``(first, count, step)``: the windows that cover row ``r`` of stride
+    phase ``q`` (input position ``r * stride + q``) as taps are ``r + first +
+    m * step`` for ``m < count``, increasing. Tap ``j`` of window ``o`` reads
+    ``o * stride + offset + j * dilation``: the taps that land in the phase
+    are every ``stride / g``-th (``g = gcd(stride, dilation)``), their
+    windows every ``dilation / g``-th."""
+    taps = [j for j in range(w.taps) if (q - w.offset - j * w.dilation) % w.stride == 0]
+    if not taps:
+        return 0, 0, 1
+    first = (q - w.offset - taps[-1] * w.dilation) // w.stride
+    return first, len(taps), w.dilation // math.gcd(w.stride, w.dilation)
+
+
+@covering_reduction.defjvp
+def _covering_reduction_jvp(
+    x: jax.ShapeDtypeStruct,
+    spec: PoolSpec,
+    sharding: Any,
+    phased: tuple[bool, ...] | None,
+    primals: tuple[jax.Array, ...],
+    tangents: tuple[Any, ...],
+) -> tuple[jax.Array, jax.Array]:
+    """Linear in the gradients, constant in the values and indices (the
+    choices are piecewise constant). A window reduction has no transpose, so
+    the tangent is plain JAX, which JAX transposes for reverse mode and
+    differentiates again in forward mode (grad of grad, ``jax.hessian``):
+    the tangents added at the indices of the windows with an in-bounds tap
+    (a scatter-add), or under a mesh (``phased`` given) the covering sum on
+    the stride phases, which XLA's partitioner splits with halo exchanges
+    (:func:`covering_sum`)."""
+    grad_output, values, indices = primals
+    total = covering_reduction(grad_output, values, indices, x, spec, sharding, phased)
+    dot = tangents[0].astype(total.dtype)
+    if phased is not None:
+        tangent = covering_sum(dot, indices, x, spec, sharding, True, True)
+        return total, tangent
+    lead, _ = split(indices.ndim, spec.nd, spec.trail)
+    hollow = empty_windows(spec.axes, lead, indices.shape)
+    kept = indices if hollow is None else jnp.where(hollow, -1, indices)
+    like = jax.ShapeDtypeStruct(x.shape, total.dtype)
+    tangent = scatter(
+        dot, kept, like, nd=spec.nd, trail=spec.trail, accumulate=True, flat=False
+    )
+    return total, tangent
 
 
 class _Phase(NamedTuple):
@@ -227,13 +466,19 @@ def gather_sum(
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     sharding: Any,
+    values: jax.Array | None = None,
 ) -> jax.Array:
-    """The ``"gather"`` backward with XLA's ``covering`` sum (:func:`covering_sum`
-    or, on a TPU, ``_tpu.covering_sum``): the windows that cover each element,
-    then the windows with no in-bounds tap (:func:`add_aliased`), rounded
-    once. ``sharding``: of the arrays built here (``_mesh.plane_sharding``)."""
-    total = covering(grad_output, indices, x, spec, sharding)
-    total = add_aliased(total, grad_output, indices, spec, sharding)
+    """The ``"gather"`` backward with XLA's ``covering`` sum (:func:`covering_sum`,
+    :func:`covering_reduction` given the forward's ``values``, or on a TPU
+    ``_tpu.covering_sum``): the windows that cover each element, then the
+    windows with no in-bounds tap (:func:`add_aliased`), rounded once.
+    ``sharding``: of the arrays built here (``_mesh.plane_sharding``)."""
+    if values is None:
+        total = covering(grad_output, indices, x, spec, sharding)
+    else:
+        total = covering(grad_output, values, indices, x, spec, sharding)
+    spans = values is None  # the covering sum counts indices in their spans
+    total = add_aliased(total, grad_output, indices, spec, sharding, spans)
     return total.astype(x.dtype)
 
 
@@ -243,12 +488,15 @@ def add_aliased(
     indices: jax.Array,
     spec: PoolSpec,
     sharding: Any = None,
+    spans: bool = True,
 ) -> jax.Array:
     """``total`` (a covering sum, in the accumulation dtype) plus the
     gradients of the windows with no in-bounds tap whose index lands outside
-    their own span (see :func:`_alias_table`), in the same dtype: the
-    deterministic backward, to be rounded once."""
-    table = _alias_table(spec.axes)
+    their own span (see :func:`_alias_table`), or anywhere in the plane where
+    ``total`` counted indices at the taps alone, not the ``spans``
+    (:func:`covering_reduction`), in the same dtype: the deterministic
+    backward, to be rounded once."""
+    table = _alias_table(spec.axes, spans)
     if table is not None:
         nd, trail = spec.nd, spec.trail
         batch, _ = split(grad_output.ndim, nd, trail)
@@ -273,7 +521,7 @@ def _positions(dtype: Any, like: Any, spec: PoolSpec, sharding: Any) -> jax.Arra
     return jnp.broadcast_to(here.astype(dtype), like.shape, out_sharding=sharding)
 
 
-def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
+def _alias_table(axes: tuple[AxisWindows, ...], spans: bool) -> np.ndarray | None:
     """``(slots, P)``: for each plane position, the flat output indices of the
     windows with no in-bounds tap whose index (the first non-negative tap, out
     of bounds along some axis) still lands on it, in increasing order; ``Q``
@@ -281,7 +529,8 @@ def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
 
     Such a window takes its index from the position rule alone, so it may lie
     outside the window's own span, where the covering windows do not look
-    (targets inside the span are theirs).
+    (with ``spans``, targets inside the span are theirs: :func:`covering_sum`
+    counts an index anywhere in its window's span).
     """
     empty = [w.empty() for w in axes]
     if not any(e.any() for e in empty):
@@ -294,13 +543,12 @@ def _alias_table(axes: tuple[AxisWindows, ...]) -> np.ndarray | None:
     hollow = np.logical_or.reduce(np.meshgrid(*empty, indexing="ij"))
     plane = math.prod(in_size)
     landed = hollow & (targets < plane)
-    # Targets inside the window's span are found by the covering windows.
     coords = np.unravel_index(np.where(landed, targets, 0), in_size)
-    spans = [np.meshgrid(*(w.span()[k] for w in axes), indexing="ij") for k in (0, 1)]
+    bounds = [np.meshgrid(*(w.span()[k] for w in axes), indexing="ij") for k in (0, 1)]
     inside = np.logical_and.reduce(
-        [(lo <= c) & (c < hi) for c, lo, hi in zip(coords, *spans, strict=True)]
+        [(lo <= c) & (c < hi) for c, lo, hi in zip(coords, *bounds, strict=True)]
     )
-    windows = np.flatnonzero(landed & ~inside)
+    windows = np.flatnonzero(landed & ~inside if spans else landed)
     if windows.size == 0:
         return None
     hits = np.asarray(targets).ravel()[windows]

@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from . import _fractional, _platform
+from . import _fractional, _platform, _policy
 from ._checks import check_indices as _check_indices
 from ._mesh import check_divisible, traced_once, under_mesh
 from ._windows import FractionalSpec, PoolSpec, split, with_spatial
@@ -45,12 +45,17 @@ def _pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
 
 def _pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[Any, Any]]:
     values, indices = _forward(x, spec)
-    return (values, indices), indices
+    # The values too where some platform's backward reads them (the covering
+    # reduction: ``_policy.reads_values``); never the input.
+    env = _policy.environment(under_mesh(x))
+    keep = values if _policy.reads_values(spec, env) else None
+    return (values, indices), (keep, indices)
 
 
-def _pool_bwd(spec: PoolSpec, indices: jax.Array, cts: Any) -> tuple[jax.Array]:
+def _pool_bwd(spec: PoolSpec, residuals: Any, cts: Any) -> tuple[jax.Array]:
+    values, indices = residuals
     grad_output, like = _cotangent(cts, indices, spec)
-    return (_platform.backward(grad_output, indices, like, spec, True),)
+    return (_platform.backward(grad_output, indices, like, spec, True, values),)
 
 
 def _cotangent(

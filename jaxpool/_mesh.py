@@ -56,6 +56,24 @@ def under_mesh(arr: jax.Array) -> bool:
     return not mesh.empty or not jax.typeof(arr).sharding.mesh.empty
 
 
+def mesh_size(arr: jax.Array) -> int:
+    """The devices of the mesh in context, or of the one typed on ``arr``."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        mesh = jax.typeof(arr).sharding.mesh
+    return 1 if mesh.empty else math.prod(mesh.shape.values())
+
+
+def uneven(spec: Any, devices: int) -> tuple[bool, ...]:
+    """Per spatial axis of the pool ``spec``, whether its strided windows'
+    outputs may not divide among ``devices`` along a sharded axis: there XLA's
+    partitioner splits a window reduction over a dilated base (the
+    deterministic backward's, ``_backward.covering_reduction``) into an
+    invalid program (XLA aborts the process), so that axis is read per stride
+    phase instead."""
+    return tuple(w.stride > 1 and w.out % devices != 0 for w in spec.axes)
+
+
 def plane_sharding(arr: jax.Array, nd: int, trail: int, new_nd: int) -> Any:
     """Sharding for new arrays that must line up with ``arr``'s plane axes.
 

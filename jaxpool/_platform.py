@@ -25,9 +25,27 @@ from typing import Any, TypeVar
 import jax
 from jax import lax
 
-from . import _backward, _fractional, _pallas, _planes, _policy, _scan, _tpu
-from ._mesh import auto_axes_for, plane_sharding, traced_once, under_mesh
-from ._policy import MATMUL, PALLAS, PARTITIONED, PLATFORMS, SCATTER, TAPS, TPU
+from . import _backward, _fractional, _pallas, _planes, _policy, _reduce, _scan, _tpu
+from ._mesh import (
+    auto_axes_for,
+    mesh_size,
+    plane_sharding,
+    traced_once,
+    under_mesh,
+    uneven,
+)
+from ._policy import (
+    MATMUL,
+    PALLAS,
+    PARTITIONED,
+    PARTITIONED_REDUCTION,
+    PLATFORMS,
+    REDUCE,
+    REDUCTION,
+    SCATTER,
+    TAPS,
+    TPU,
+)
 from ._windows import FractionalSpec, PoolSpec
 
 Form = TypeVar("Form")
@@ -71,8 +89,11 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
 
     def emit(form: _scan.ScanForm | str) -> Callable[[jax.Array], Any]:
-        if form == TPU:
-            return functools.partial(_tpu.window_argmax, spec=spec, sharding=sharding)
+        if form in (TPU, REDUCE):
+            compact = form == TPU
+            return functools.partial(
+                _reduce.window_argmax, spec=spec, compact=compact, sharding=sharding
+            )
         assert isinstance(form, _scan.ScanForm)
         return functools.partial(
             _scan.window_argmax, spec=spec, form=form, sharding=sharding
@@ -88,41 +109,60 @@ def backward(
     x: jax.ShapeDtypeStruct,
     spec: PoolSpec,
     own_indices: bool = False,
+    values: jax.Array | None = None,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (``_policy.algorithm``; ``own_indices``: the indices are
-    the forward's, as in its VJP), in each platform's form
-    (``_policy.backward_form``)."""
+    the forward's, as in its VJP, which gives its ``values`` too), in each
+    platform's form (``_policy.backward_form``)."""
     if auto := auto_axes_for(indices, spec.nd, spec.trail, 1):  # see _mesh
-        run = auto(lambda g, i: backward(g, i, x, spec, own_indices))
-        return run(grad_output, indices)
+        if values is None:
+            run = auto(lambda g, i: backward(g, i, x, spec, own_indices))
+            return run(grad_output, indices)
+        run = auto(lambda g, i, v: backward(g, i, x, spec, own_indices, v))
+        return run(grad_output, indices, values)
     env = _policy.environment(under_mesh(indices))
     sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
     if sharding is not None:  # Explicit axes: both typed alike, traced once
         grad_output = jax.sharding.reshard(grad_output, jax.typeof(indices).sharding)
+    keyed = values is not None
 
     def choose(platform: str) -> str:
         chosen = _policy.algorithm(spec, own_indices, platform, env)
-        return _policy.backward_form(spec, chosen, own_indices, platform, env)
+        return _policy.backward_form(spec, chosen, own_indices, platform, env, keyed)
 
-    def emit(form: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    def emit(form: str) -> Callable[..., jax.Array]:
         if form == SCATTER:
-            return functools.partial(
+            scattered = functools.partial(
                 scatter, x=x, nd=spec.nd, trail=spec.trail, accumulate=True
             )
+            return lambda g, i, *_: scattered(g, i)
         if form == PALLAS:
             pallas = _pallas.form(_pallas.gather_sum, spec, x)
-            return lambda g, i: by_platform(pallas, g, i, cpu=True, default=False)
+            return lambda g, i, *_: by_platform(pallas, g, i, cpu=True, default=False)
+        # The algorithm is not the kernel's: the VJP and the "gather" op share
+        # one trace.
+        kernel_spec = spec._replace(algorithm="auto")
+        if form in (REDUCTION, PARTITIONED_REDUCTION):
+            reduction = _backward.covering_reduction
+            if form == PARTITIONED_REDUCTION:
+                phased = uneven(spec, mesh_size(indices))
+                reduction = functools.partial(reduction, phased=phased)
+
+            def reduce(g: jax.Array, i: jax.Array, v: jax.Array) -> jax.Array:
+                return _gather_sum(g, i, reduction, x, kernel_spec, sharding, v)
+
+            return reduce
         covering = {
             TPU: _tpu.covering_sum,
             PARTITIONED: _PARTITIONED_SUM,
         }.get(form, _backward.covering_sum)
-        # The algorithm is not the kernel's: the VJP and the "gather" op share
-        # one trace.
-        kernel_spec = spec._replace(algorithm="auto")
-        return lambda g, i: _gather_sum(g, i, covering, x, kernel_spec, sharding)
+        return lambda g, i, *_: _gather_sum(g, i, covering, x, kernel_spec, sharding)
 
-    return by_platform(emit, grad_output, indices, **_per_platform(choose))
+    operands = (
+        (grad_output, indices) if values is None else (grad_output, indices, values)
+    )
+    return by_platform(emit, *operands, **_per_platform(choose))
 
 
 _gather_sum = traced_once(_backward.gather_sum, (2, 3, 4, 5))

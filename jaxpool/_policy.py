@@ -37,8 +37,17 @@ TPU = "tpu"
 SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
 # XLA's covering sum in the form XLA's partitioner splits along a sharded
 # spatial axis with halo exchanges (``_backward.covering_sum``'s
-# ``partitioned``): every backward under a mesh but the standalone scatter.
+# ``partitioned``), for adaptive windows of two sizes under a mesh.
 PARTITIONED = "partitioned"
+# The forward as one variadic window reduction with flat codes
+# (``_reduce.window_argmax``), and the deterministic backward of the forward's
+# own values and indices as one (``_backward.covering_reduction``): programs
+# that do not grow with the window's size.
+REDUCE, REDUCTION = "reduce", "reduction"
+# The covering reduction per stride phase, which XLA's partitioner splits
+# along a sharded spatial axis with halo exchanges: the backward of the
+# forward's own values and indices of regular windows under a mesh.
+PARTITIONED_REDUCTION = "partitioned reduction"
 # The fractional forward's forms: each tap read by element gathers, or the
 # windows of the stride-1 pool picked by whole rows, with a gather or (on a
 # TPU) one-hot matmuls; the deterministic backward's picks are the same
@@ -111,28 +120,22 @@ def implementation(spec: PoolSpec, kernel: str, env: Environment) -> Implementat
 def forward_form(
     spec: PoolSpec, platform: str, env: Environment
 ) -> _scan.ScanForm | str:
-    """The XLA forward's form on ``platform``: :data:`TPU` (one variadic
-    window reduction, ``_tpu``) on a TPU; elsewhere the scan's layout
-    (``_scan.ScanForm``). On the CPU without a mesh, the values read back at
-    the indices, a strided minor axis read from a phase-split copy where it
-    pays (``_scan.splits_phases``), and each pass and the indices in buffers
-    of their own; on GPUs, and on the CPU under a mesh, the values carried
-    with the index and the padding folded into the taps of a one-pass plan:
-    no gather; under a mesh into every pass's taps, with no padded copy, so
-    that XLA's partitioner splits a sharded spatial axis with halo
+    """The XLA forward's form on ``platform``: on the CPU without a mesh the
+    scan (``_scan.ScanForm``: the values read back at the indices, a strided
+    minor axis read from a phase-split copy where it pays
+    (``_scan.splits_phases``), and each pass and the indices in buffers of
+    their own), which XLA:CPU runs several times faster than a window
+    reduction; elsewhere one variadic window reduction (``_reduce``): on a
+    TPU with compact codes (:data:`TPU`), on a GPU and under a mesh with flat
+    ones (:data:`REDUCE`), which XLA fuses with their iotas into one kernel
+    and its partitioner splits along a sharded spatial axis with halo
     exchanges."""
     if platform == "tpu":
         return TPU
     if platform == "cpu" and not env.mesh:
         phases = _scan.splits_phases(spec.axes, spec.trail)
         return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
-    return _scan.ScanForm(
-        materialize=False,
-        phases=False,
-        read_back=False,
-        pad_taps=True,
-        partitioned=env.mesh,
-    )
+    return REDUCE
 
 
 def gpu_scatter(env: Environment) -> bool:
@@ -189,30 +192,55 @@ def backward_form(
     own_indices: bool,
     platform: str,
     env: Environment,
+    keyed: bool = False,
 ) -> str:
     """The kernel that runs the ``chosen`` backward (:func:`algorithm`) on
-    ``platform`` (``own_indices``: the forward's indices, as in its VJP):
+    ``platform`` (``own_indices``: the forward's indices, as in its VJP;
+    ``keyed``: the forward's values too):
 
-    - under a mesh, :data:`PARTITIONED` (XLA's covering sum with no gather
-      along axes of regular windows, which XLA's partitioner splits along a
-      sharded spatial axis with halo exchanges) for the gather, and in the
-      VJP for the scatter too: the forward's indices lie in their windows, so
-      it is the scatter's sum, in a fixed order; Pallas's gather stays
+    - under a mesh, for the gather, and in the VJP for the scatter too (the
+      forward's indices lie in their windows, so it is the scatter's sum, in
+      a fixed order), a form that XLA's partitioner splits along a sharded
+      spatial axis with halo exchanges: :data:`PARTITIONED_REDUCTION` (a
+      window reduction per stride phase) given the forward's values of
+      regular windows, else :data:`PARTITIONED`; Pallas's gather stays
       Pallas's (``shard_map`` it);
     - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
       :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
-      scatter) for the windows ``_tpu.dense`` accepts; else :data:`GATHER`,
-      XLA's covering sum;
+      scatter) for the windows ``_tpu.dense`` accepts; on a GPU, of
+      overlapping regular windows given the forward's values,
+      :data:`REDUCTION` (one window reduction, which XLA fuses into one
+      kernel, where the covering sum is one gather per covering window); else
+      :data:`GATHER`, XLA's covering sum;
     - the scatter: :data:`SCATTER`.
     """
     xla = implementation(spec, "backward", env) == "xla"
     if chosen == "gather" and not xla:
         return PALLAS
+    regular = keyed and own_indices and not any(w.starts for w in spec.axes)
     if env.mesh and (chosen == "gather" or own_indices):
-        return PARTITIONED
+        return PARTITIONED_REDUCTION if regular else PARTITIONED
     if chosen == "gather":
-        return TPU if platform == "tpu" and _tpu.dense(spec) else GATHER
+        if platform == "tpu" and _tpu.dense(spec):
+            return TPU
+        overlapping = not all(w.disjoint for w in spec.axes)
+        if platform == "gpu" and regular and overlapping:
+            return REDUCTION
+        return GATHER
     return SCATTER
+
+
+def reads_values(spec: PoolSpec, env: Environment) -> bool:
+    """Whether the VJP's backward reads the forward's values on some platform
+    (:data:`REDUCTION` or :data:`PARTITIONED_REDUCTION`), so that the VJP
+    keeps them beside the indices; elsewhere its residuals are the indices
+    alone."""
+    reductions = (REDUCTION, PARTITIONED_REDUCTION)
+    return any(
+        backward_form(spec, algorithm(spec, True, p, env), True, p, env, True)
+        in reductions
+        for p in PLATFORMS
+    )
 
 
 def flat_scatter(shape: tuple[int, ...], platform: str, env: Environment) -> bool:

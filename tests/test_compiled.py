@@ -381,7 +381,7 @@ def test_tpu_forward_costs_near_its_floor(row):
 
 def test_tpu_adaptive_forward_bytes_do_not_grow_with_the_output():
     """Adaptive windows of two sizes along the axis in the TPU's lanes are one
-    window reduction over that axis dilated (``_tpu.forward.stage``): XLA's
+    window reduction over that axis dilated (``_reduce.stage``): XLA's
     TPU cost model rates the forward within a small multiple of the input's
     bytes, with no gather (``benchmarks/targets/tpu_v5e.toml``,
     ``adaptive_forward``; read as a run of a copy of the axis, each window

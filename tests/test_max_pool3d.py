@@ -19,6 +19,9 @@ from helpers import (
 )
 
 import jaxpool
+from jaxpool import _policy
+from jaxpool._args import PoolArgs
+from jaxpool._spec import pool_spec
 
 POOLS_3D = {name: case for name, case in POOLS.items() if case[0] == 3}
 # Plans (how the axes are grouped into passes, in which order), each in a
@@ -192,8 +195,9 @@ class TestBackwardIndices:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_vjp_residuals_are_the_indices_only(dtype):
-    """Every platform's backward reads the indices alone: the input is not
-    kept, 16-bit inputs included."""
+    """Where no platform's backward reads the forward's values (disjoint
+    windows: an elementwise select everywhere), the VJP keeps the indices
+    alone: the input is not kept, 16-bit inputs included."""
     x = jnp.asarray(
         make_input(np.random.default_rng(2), (1, 2, 6, 6, 6), dtype, "random")
     )
@@ -203,11 +207,27 @@ def test_vjp_residuals_are_the_indices_only(dtype):
     assert leaves[0].shape == (1, 2, 3, 3, 3)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_vjp_keeps_the_values_where_a_backward_reads_them(dtype):
+    """Where a platform's backward is the covering reduction (overlapping
+    windows: a GPU's deterministic backward on jaxlib 0.10.2), the VJP keeps
+    the forward's values beside its indices, and still never the input."""
+    x = jnp.asarray(
+        make_input(np.random.default_rng(2), (1, 2, 6, 6, 6), dtype, "random")
+    )
+    spec = pool_spec("t", 3, x.shape, PoolArgs(3, 2, 1))
+    reads = _policy.reads_values(spec, _policy.environment(False))
+    _, vjp = jax.vjp(lambda x: jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)[0], x)
+    leaves = jax.tree_util.tree_leaves(vjp)
+    want = [jnp.dtype(dtype), jnp.int32] if reads else [jnp.int32]
+    assert [leaf.dtype for leaf in leaves] == want
+    assert all(leaf.shape == (1, 2, 3, 3, 3) for leaf in leaves)
+    assert reads == (_policy.JAXLIB < _policy.NATIVE_ATOMICS_FROM)
+
+
 @pytest.mark.parametrize("index_ct", ["float0", "int32"])
 def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
-    from jaxpool._args import PoolArgs
     from jaxpool._core import _pool
-    from jaxpool._spec import pool_spec
 
     x = jnp.asarray(
         make_input(np.random.default_rng(3), (1, 1, 4, 4, 4), "float32", "random")
@@ -218,6 +238,6 @@ def test_backward_rule_accepts_float0_or_integer_index_cotangent(index_ct):
     )
     (want,) = vjp((jnp.ones_like(values), np.zeros(indices.shape, jax.dtypes.float0)))
     spec = pool_spec("t", 3, x.shape, PoolArgs(2))
-    (grad,) = _pool.bwd(spec, indices, (jnp.ones_like(values), ct))
+    (grad,) = _pool.bwd(spec, (None, indices), (jnp.ones_like(values), ct))
     assert_same(grad, want)
     assert float(grad.sum()) == values.size

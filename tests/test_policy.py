@@ -14,6 +14,9 @@ from jaxpool._policy import (
     MATMUL,
     PALLAS,
     PARTITIONED,
+    PARTITIONED_REDUCTION,
+    REDUCE,
+    REDUCTION,
     ROWS,
     SCATTER,
     TAPS,
@@ -45,22 +48,26 @@ POOLS = {
     ),
 }
 
-# (pool, own indices, platform, environment) -> (algorithm, form)
+# (pool, own indices (the VJP's, with the forward's values), platform,
+# environment) -> (algorithm, form)
 BACKWARD = [
     # Overlapping windows: the scatter on CPU; on GPU where its adds are
-    # native atomics and no determinism flag is set; the TPU's dense gather.
+    # native atomics and no determinism flag is set, else the covering
+    # reduction of the forward's values; the TPU's dense gather.
     ("k3 s2 p1", True, "cpu", OLD, "scatter", SCATTER),
-    ("k3 s2 p1", True, "gpu", OLD, "gather", GATHER),
+    ("k3 s2 p1", True, "gpu", OLD, "gather", REDUCTION),
     ("k3 s2 p1", True, "gpu", NEW, "scatter", SCATTER),
-    ("k3 s2 p1", True, "gpu", DETERMINISTIC, "gather", GATHER),
+    ("k3 s2 p1", True, "gpu", DETERMINISTIC, "gather", REDUCTION),
     ("k3 s2 p1", True, "tpu", NEW, "gather", TPU),
-    # Under a mesh every backward of the forward's indices is the covering sum
-    # that XLA's partitioner splits, the scatter's too (the same sum for those
-    # indices); a standalone scatter stays the scatter, any index honoured.
-    ("k3 s2 p1", True, "tpu", MESH, "gather", PARTITIONED),
-    ("k3 s2 p1", True, "cpu", MESH, "scatter", PARTITIONED),
-    ("k3 s2 p1", True, "gpu", MESH, "scatter", PARTITIONED),
-    ("k3 s2 p1 scatter", True, "gpu", MESH, "scatter", PARTITIONED),
+    # Under a mesh every backward of the forward's indices is a deterministic
+    # one that XLA's partitioner splits, the scatter's too (the same sum for
+    # those indices): the covering reduction per stride phase given the
+    # forward's values of regular windows, else the covering sum; a
+    # standalone scatter stays the scatter, any index honoured.
+    ("k3 s2 p1", True, "tpu", MESH, "gather", PARTITIONED_REDUCTION),
+    ("k3 s2 p1", True, "cpu", MESH, "scatter", PARTITIONED_REDUCTION),
+    ("k3 s2 p1", True, "gpu", MESH, "scatter", PARTITIONED_REDUCTION),
+    ("k3 s2 p1 scatter", True, "gpu", MESH, "scatter", PARTITIONED_REDUCTION),
     ("k3 s2 p1 gather", False, "cpu", MESH, "gather", PARTITIONED),
     ("k3 s2 p1", False, "cpu", MESH, "scatter", SCATTER),
     ("adaptive 12 -> 5", True, "tpu", MESH, "scatter", PARTITIONED),
@@ -102,7 +109,18 @@ def test_backward_table(pool, own, platform, env, algorithm, form):
     spec = POOLS[pool]
     chosen = _policy.algorithm(spec, own, platform, env)
     assert chosen == algorithm
-    assert _policy.backward_form(spec, chosen, own, platform, env) == form
+    assert _policy.backward_form(spec, chosen, own, platform, env, own) == form
+
+
+def test_without_the_forwards_values_the_gather_is_the_covering_sum():
+    """The covering reduction needs the forward's values (its VJP has them);
+    a backward of the forward's own indices without them (the fractional
+    pools' spread onto the stride-1 pool) takes the covering sum."""
+    spec = POOLS["k3 s2 p1"]
+    assert _policy.backward_form(spec, "gather", True, "gpu", OLD, False) == GATHER
+    assert _policy.backward_form(spec, "gather", True, "cpu", MESH, False) == (
+        PARTITIONED
+    )
 
 
 def test_none_takes_pallas_only_where_measured_and_on_a_gpu_host(monkeypatch):
@@ -121,26 +139,24 @@ def test_none_takes_pallas_only_where_measured_and_on_a_gpu_host(monkeypatch):
     "platform, env, form",
     [
         ("cpu", NEW, "cpu"),
-        ("cpu", MESH, "partitioned"),
-        ("gpu", NEW, "accelerators"),
-        ("gpu", MESH, "partitioned"),
+        ("cpu", MESH, REDUCE),
+        ("gpu", NEW, REDUCE),
+        ("gpu", MESH, REDUCE),
         ("tpu", NEW, TPU),
         ("tpu", MESH, TPU),
     ],
 )
 def test_forward_table(platform, env, form):
-    """Without a mesh the CPU's form reads the values back at the indices,
-    splits a strided minor axis into phases and buffers its passes;
-    accelerators carry the values and fold the padding into a one-pass
-    plan's taps. Under a mesh, into every pass's taps (no padded copy, no
-    gather: XLA's partitioner moves only halos). A TPU reduces windows."""
+    """Without a mesh the CPU's form is the scan: it reads the values back at
+    the indices, splits a strided minor axis into phases and buffers its
+    passes. Everywhere else one variadic window reduction: flat codes on a
+    GPU and under a mesh (XLA's partitioner moves only halos), compact ones
+    on a TPU."""
     got = _policy.forward_form(POOLS["k3 s2 p1"], platform, env)
-    if form == TPU:
-        assert got == TPU
+    if form != "cpu":
+        assert got == form
         return
-    cpu = form == "cpu"
-    assert (got.read_back, got.phases, got.materialize) == (cpu, cpu, cpu)
-    assert got.pad_taps == (not cpu) and got.partitioned == (form == "partitioned")
+    assert (got.read_back, got.phases, got.materialize) == (True, True, True)
 
 
 @pytest.mark.parametrize(

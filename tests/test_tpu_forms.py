@@ -29,9 +29,10 @@ from helpers import (
 )
 
 import jaxpool
+from jaxpool import _reduce
 from jaxpool._args import PoolArgs
 from jaxpool._spec import pool_spec
-from jaxpool._tpu import backward, forward, layout
+from jaxpool._tpu import backward, layout
 from jaxpool._windows import AxisWindows
 
 # Every test here runs with the TPU's forms (tests/conftest.py); the oracle
@@ -67,8 +68,8 @@ def test_code_widths_are_the_ones_named():
     int8, int16, flat int32 (``None``)."""
     widths = []
     for k, s in ((2, 2), (3, 2), (4, 2), (17, 4)):
-        readings = [forward.reading(AxisWindows(19, 4, k, s, -(k // 2)))] * 3
-        widths.append(forward.code_dtype(readings))
+        codes = _reduce.codes((AxisWindows(19, 4, k, s, -(k // 2)),) * 3, True)
+        widths.append(None if codes.kind == "flat" else codes.dtype)
     assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
 
 
@@ -81,10 +82,12 @@ def test_division_by_a_constant_is_floor_division(divisor, bound, reciprocal):
     """The codes' decoding divides by a multiply and a shift where one holds
     for every code below ``bound`` without overflowing int32 (a shift alone
     for a power of two), else by ``//``: each equals floor division."""
-    found = forward._reciprocal(divisor, bound)
+    found = _reduce._reciprocal(divisor, bound)
     assert (found is not None) == reciprocal
     x = jnp.arange(bound, dtype=jnp.int32)
-    assert np.array_equal(forward._div(x, divisor, bound), np.arange(bound) // divisor)
+    assert np.array_equal(
+        _reduce.divide(x, divisor, bound), np.arange(bound) // divisor
+    )
 
 
 # The dense backward runs in the arrays' own layout, or with the (n, c) planes
@@ -492,7 +495,7 @@ def test_every_stage_code_width_chooses_as_the_scan(name):
 
 
 # Adaptive pools whose axis in the TPU's lanes is one window reduction over
-# that axis dilated (``forward.stage``): sizes with a common factor
+# that axis dilated (``_reduce.stage``): sizes with a common factor
 # (16 -> 6: dilated 3-fold) and without, channels-last, 3-D, 16-bit, an
 # output larger than the input, and an axis after it carrying its offsets.
 # Rows: (nd, shape, output_size, channels_last, dtype).

@@ -417,8 +417,10 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
     """JAX traces a custom_vjp's forward twice in ``jax.grad`` (the primal,
     then the forward rule, under another abstract-mesh context); the kernel's
     second trace is the first's jaxpr, so the forward (every platform's form)
-    is traced once. The deterministic backward's kernels likewise: the VJP's
-    and the "gather" op's share each platform's trace."""
+    is traced once. The deterministic backward's kernels likewise: each
+    platform's covering sum once, the VJP's (on a GPU, and under a mesh, the
+    covering reduction of the forward's values) and the "gather" op's (which
+    has no values) each once."""
     traced = []
 
     def counting(kernel, name):
@@ -451,9 +453,10 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
         with jax.set_mesh(jax.make_mesh((1,), ("b",), (axis,), devices=devices)):
             jax.jit(f).trace(x)
     names = [t[0] for t in traced]
-    # The gather's covering sums: XLA's (CPU, GPU) and the TPU's dense one,
-    # which a mesh leaves out.
-    coverings = 1 if mesh else 2
+    # The VJP's covering reduction (GPU; under a mesh every platform's), the
+    # "gather" op's covering sum (CPU and GPU; under a mesh the partitioned
+    # one) and, without a mesh, the TPU's dense one, which both share.
+    coverings = 2 if mesh else 3
     assert names.count("forward") == 1, traced
     assert names.count("gather") == coverings, traced
     assert len(set(traced)) == len(traced), traced

@@ -1,14 +1,12 @@
-"""The TPU forms: the forward as one window reduction, the backward without a
-gather or a scatter.
+"""The TPU forms: the backward without a gather or a scatter, and the layout
+rules.
 
 A TPU has no vector gather and serialises scatters, and XLA compiles each
 strided slice of a tiled minor axis to a relayout. So on a TPU:
 
-- **the forward** (``forward.window_argmax``) is one variadic
-  ``lax.reduce_window`` over the values and a small code of each element's
-  position, whose reducer is the scan's selection as a total order; adaptive
-  windows of two sizes are reduced one axis at a time
-  (``forward.staged_argmax``);
+- **the forward** is ``_reduce.window_argmax`` with compact codes: one
+  variadic ``lax.reduce_window`` over the values and a small code of each
+  element's position;
 - **the backward** (``backward.covering_sum``, for the windows
   ``backward.dense`` accepts): each stride phase of the input adds, tap by
   tap, the gradients of the windows whose index is its position, read from
@@ -23,6 +21,5 @@ strided slice of a tiled minor axis to a relayout. So on a TPU:
 """
 
 from .backward import covering_sum, dense
-from .forward import window_argmax
 
-__all__ = ["covering_sum", "dense", "window_argmax"]
+__all__ = ["covering_sum", "dense"]

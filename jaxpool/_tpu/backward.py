@@ -30,8 +30,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._columns import coordinates, interleave
+from .._columns import interleave
 from .._planes import accumulation_dtype, in_plane, positive_zeros
+from .._reduce import divide
 from .._windows import AxisWindows, PoolSpec, row_major_strides, split
 from . import layout
 
@@ -66,6 +67,18 @@ def _taps(w: AxisWindows) -> tuple[list[_Tap], int]:
     return taps, -(-w.size // w.stride)
 
 
+def _coordinates(flat: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
+    """``_columns.coordinates`` of offsets in ``[0, prod(sizes))``, each
+    division a multiply and a shift (``_reduce.divide``): XLA's TPU compiler
+    is slow over an integer division."""
+    bound, found = math.prod(sizes), []
+    for n in reversed(sizes[1:]):
+        quotient = divide(flat, n, bound)
+        found.append(flat - quotient * n)
+        flat, bound = quotient, -(-bound // n)
+    return [flat, *reversed(found)]
+
+
 def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     """Which tap of its window each index is, row-major over the window's
     taps; -1 where it is none (an index out of range, or outside the window:
@@ -74,7 +87,7 @@ def tap_codes(indices: jax.Array, spec: PoolSpec, lead: int) -> jax.Array:
     flat = jnp.where(valid, indices, 0).astype(jnp.int32)
     number = jnp.zeros(indices.shape, jnp.int32)
     for a, (w, coordinate) in enumerate(
-        zip(spec.axes, coordinates(flat, spec.in_size), strict=True)
+        zip(spec.axes, _coordinates(flat, spec.in_size), strict=True)
     ):
         o = lax.broadcasted_iota(jnp.int32, indices.shape, lead + a)
         j = coordinate - (o * w.stride + w.offset)
