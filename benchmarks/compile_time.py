@@ -211,18 +211,47 @@ FRACTIONAL = (
 
 
 def _fractional() -> list[Program]:
+    """The pool given its samples, an argument: drawing them from a key adds
+    jax.random's own program (0.4 s to compile here), which any fractional
+    pool pays, the same in both."""
     programs = []
     for label, shape in FRACTIONAL:
         nd = len(shape) - 2
         op = getattr(jaxpool, f"fractional_max_pool{nd}d")
+        samples = ((*shape[:2], nd), jnp.float32)
 
-        def ours(x: jax.Array, op=op) -> Any:
-            return op(x, 3, output_ratio=0.5, key=jax.random.key(0))
+        def ours(x: jax.Array, u: jax.Array, op=op) -> Any:
+            return op(x, 3, output_ratio=0.5, samples=u)
 
         builtin = _reduce_window(nd, 3, 2, 0)
-        pooled = (_pooled(ours, shape), _pooled(builtin, shape))
-        programs += _pair(label, shape, pooled, ours, builtin)
+        x = (shape, jnp.float32)
+        out = jax.eval_shape(
+            ours,
+            jax.ShapeDtypeStruct(shape, jnp.float32),
+            jax.ShapeDtypeStruct(samples[0], jnp.float32),
+        )[0].shape
+        pooled = _pooled(builtin, shape)
+        programs += [
+            Program(f"{label} forward", (ours, [x, samples]), (builtin, [x])),
+            Program(
+                f"{label} step",
+                (
+                    _step2(lambda x, u, op=op: ours(x, u, op)[0]),
+                    [x, (out, jnp.float32), samples],
+                ),
+                (_step(builtin), [x, (pooled, jnp.float32)]),
+            ),
+        ]
     return programs
+
+
+def _step2(values_of: Fn) -> Fn:
+    """:func:`_step` of a pool that takes its samples too: ``(x, w, u)``."""
+
+    def loss(x: jax.Array, w: jax.Array, u: jax.Array) -> jax.Array:
+        return jnp.sum(w * values_of(x, u))
+
+    return jax.value_and_grad(loss)
 
 
 def _composites() -> list[Program]:
@@ -310,7 +339,9 @@ def _place(target: str, args: Args) -> list[jax.ShapeDtypeStruct]:
         split = lambda s: len(s) > 2 and s[2] % mesh.size == 0  # noqa: E731
         return [
             jax.ShapeDtypeStruct(
-                s, d, sharding=NamedSharding(mesh, P(None, None, "d") if split(s) else P())
+                s,
+                d,
+                sharding=NamedSharding(mesh, P(None, None, "d") if split(s) else P()),
             )
             for s, d in args
         ]
@@ -431,7 +462,9 @@ def main() -> None:
     opts = parser.parse_args()
     chosen = [p for p in programs() if re.search(opts.programs, p.name)]
     if opts.child_mesh:
-        _MESH.append(jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,)))
+        _MESH.append(
+            jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
+        )
         with jax.set_mesh(_MESH[0]):
             print(json.dumps(run("mesh", chosen, opts.repeats)))
         return
@@ -468,9 +501,7 @@ def main() -> None:
     if opts.markdown:
         opts.markdown.write_text(markdown(rows, header))
     if opts.budgets:
-        sizes = {
-            r["target"]: {} for r in rows
-        }
+        sizes = {r["target"]: {} for r in rows}
         for r in rows:
             sizes[r["target"]][r["program"]] = r["jaxpool_instructions"]
         BUDGETS.write_text(json.dumps(sizes, indent=1, sort_keys=True) + "\n")

@@ -33,6 +33,33 @@ def coordinates(flat: jax.Array, sizes: Sequence[int]) -> list[jax.Array]:
     ]
 
 
+@functools.cache
+def _reciprocal(divisor: int, bound: int) -> tuple[int, int] | None:
+    """``(magic, shift)`` with ``x * magic >> shift == x // divisor`` for every
+    ``0 <= x < bound`` and no int32 overflow, checked exhaustively; ``None``
+    where there is none."""
+    shift = max(1, (bound * divisor).bit_length())
+    magic = -(-(1 << shift) // divisor)
+    x = np.arange(bound, dtype=np.int64)
+    if bound * magic >= 2**31 or not np.array_equal(x * magic >> shift, x // divisor):
+        return None
+    return magic, shift
+
+
+def divide(x: jax.Array, divisor: int, bound: int) -> jax.Array:
+    """``x // divisor`` for ``0 <= x < bound`` as a multiply and a shift (or a
+    shift alone): XLA's TPU compiler is slow over an integer division (the
+    performance record, "The forward: where the bytes go", has the compile
+    times)."""
+    if divisor & (divisor - 1) == 0:
+        return x >> (divisor.bit_length() - 1)
+    found = _reciprocal(divisor, bound)
+    if found is None:
+        return x // divisor
+    magic, shift = found
+    return (x * magic) >> shift
+
+
 # A per-window column longer than this is computed from an iota where it is
 # an arithmetic progression or one run of True, rather than embedded: the
 # program's size then does not grow with the axis (the design page, "The

@@ -84,15 +84,17 @@ def _fractional_pool_fwd(
     x: jax.Array, rows: tuple[jax.Array, ...], spec: FractionalSpec
 ) -> tuple[Any, Any]:
     values, indices = _fractional_forward(x, rows, spec)
-    return (values, indices), (indices, rows)
+    env = _policy.environment(under_mesh(x))
+    keep = values if _policy.fractional_reads_values(spec, env) else None
+    return (values, indices), (keep, indices, rows)
 
 
 def _fractional_pool_bwd(
     spec: FractionalSpec, residuals: Any, cts: Any
 ) -> tuple[jax.Array, None]:
-    indices, rows = residuals
+    values, indices, rows = residuals
     grad_output, like = _cotangent(cts, indices, spec)
-    grad = _platform.fractional_backward(grad_output, indices, like, spec, rows)
+    grad = _platform.fractional_backward(grad_output, indices, like, spec, rows, values)
     # The window starts are piecewise constant in the samples: no gradient.
     return grad, None
 

@@ -56,7 +56,13 @@ from ._planes import (
     per_plane,
     positive_zeros,
 )
-from ._windows import FractionalSpec, row_major_strides, split, with_spatial
+from ._windows import (
+    INT32_MAX,
+    FractionalSpec,
+    row_major_strides,
+    split,
+    with_spatial,
+)
 
 # (exponent bits, mantissa bits) of the 16-bit floats: PyTorch's c10::Half and
 # c10::BFloat16 compute each operation in float32 and round the result.
@@ -242,11 +248,13 @@ def spread_windows(
     rows: tuple[jax.Array, ...],
     spec: FractionalSpec,
     matmul: bool = False,
-) -> tuple[jax.Array, jax.Array]:
+    values: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """The transpose of :func:`pick_windows`, for the forward's own indices:
     the gradients of the windows that start at ``rows`` placed on the output
-    grid of ``spec.every_window()``, as ``(grads, indices)`` of that pool,
-    whose covering sum is then the gradient (``_platform``).
+    grid of ``spec.every_window()``, as ``(grads, indices, values)`` of that
+    pool, whose backward of its own indices is then the gradient
+    (``_platform``).
 
     One spatial axis at a time, per plane. Starts never decrease along an
     axis, but with 16-bit rounding consecutive windows may start at the same
@@ -255,15 +263,21 @@ def spread_windows(
     gradients are summed: a segmented scan along the axis over the runs of
     equal starts (a fixed order), whose sum at each run's last window is then
     read as in :func:`pick_windows`. Where no window starts the
-    gradient is zero and the index ``-1``, which matches no position. 16-bit
-    gradients are returned in float32, for the covering sum to round once.
+    gradient is zero, the index past every position (``INT32_MAX``: it
+    matches none) and the value NaN: the stride-1 pool's backward of its own
+    values (``_backward.covering_reduction``) ranks that window above every
+    other. ``values`` (the forward's) are spread as the indices, when given.
+    16-bit gradients are returned in float32, for the covering sum to round
+    once.
     """
     lead, _ = split(grad_output.ndim, spec.nd, spec.trail)
     grads = grad_output.astype(accumulation_dtype(grad_output.dtype))
 
+    keyed = values is not None
+
     def spread(
-        g: jax.Array, i: jax.Array, start: jax.Array, axis: int
-    ) -> tuple[jax.Array, jax.Array]:
+        g: jax.Array, i: jax.Array, v: jax.Array, start: jax.Array, axis: int
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         take = _take(matmul, spec.nd, axis)
         size = spec.in_size[axis] - spec.kernel_size[axis] + 1
         along = (1,) * axis + (-1,) + (1,) * (g.ndim - axis - 1)
@@ -274,11 +288,21 @@ def spread_windows(
         last = jnp.sum(start[None] <= here[:, None], axis=1, dtype=jnp.int32) - 1
         starts = jnp.any(start[None] == here[:, None], axis=1).reshape(along)
         g, i = take(sums, last, axis=axis), take(i, last, axis=axis)
-        return jnp.where(starts, g, 0), jnp.where(starts, i, -1)
+        g, i = jnp.where(starts, g, 0), jnp.where(starts, i, INT32_MAX)
+        if keyed:
+            v = jnp.where(starts, take(v, last, axis=axis), jnp.nan)
+        return g, i, v
 
+    spare = values if keyed else jnp.zeros((), grads.dtype)
     for a, row in enumerate(rows):
-        grads, indices = _rows(spread, lead, spec.trail, a)(grads, indices, row)
-    return grads, indices
+        if keyed:
+            grads, indices, spare = _rows(spread, lead, spec.trail, a)(
+                grads, indices, spare, row
+            )
+        else:
+            fn = lambda g, i, r, axis: spread(g, i, g, r, axis)[:2]  # noqa: E731
+            grads, indices = _rows(fn, lead, spec.trail, a)(grads, indices, row)
+    return grads, indices, spare if keyed else None
 
 
 def _segmented(a: Any, b: Any) -> Any:

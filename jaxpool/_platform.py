@@ -40,7 +40,6 @@ from ._policy import (
     PARTITIONED,
     PARTITIONED_REDUCTION,
     PLATFORMS,
-    REDUCE,
     REDUCTION,
     SCATTER,
     TAPS,
@@ -77,10 +76,28 @@ def _per_platform(choose: Callable[[str], Form]) -> dict[str, Form]:
     return {"cpu": cpu, "default": gpu, "tpu": tpu}
 
 
-def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
-    """The forward kernel's ``(values, indices)``, in each platform's form."""
+def _emit(
+    emit: Callable[[Form], Callable[..., Any]],
+    choose: Callable[[str], Form],
+    platform: str | None,
+    *args: Any,
+) -> Any:
+    """``by_platform`` over the forms ``choose`` gives each platform, or, in a
+    branch already emitted for ``platform`` (a kernel that calls another),
+    that platform's form alone: each platform's branch would otherwise trace
+    every platform's form again."""
+    if platform is None:
+        return by_platform(emit, *args, **_per_platform(choose))
+    return emit(choose(platform))(*args)
+
+
+def forward(
+    x: jax.Array, spec: PoolSpec, platform: str | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """The forward kernel's ``(values, indices)``, in each platform's form
+    (``platform``'s alone, where given: see :func:`_emit`)."""
     if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
-        return auto(lambda x: forward(x, spec))(x)
+        return auto(lambda x: forward(x, spec, platform))(x)
     env = _policy.environment(under_mesh(x))
     if _policy.implementation(spec, "forward", env) == "pallas":
         return by_platform(
@@ -88,19 +105,21 @@ def forward(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
         )
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
 
-    def emit(form: _scan.ScanForm | str) -> Callable[[jax.Array], Any]:
-        if form in (TPU, REDUCE):
-            compact = form == TPU
+    def emit(form: _scan.ScanForm | _reduce.ReduceForm) -> Callable[..., Any]:
+        if isinstance(form, _reduce.ReduceForm):
             return functools.partial(
-                _reduce.window_argmax, spec=spec, compact=compact, sharding=sharding
+                _reduce.window_argmax,
+                spec=spec,
+                compact=form.compact,
+                sharding=sharding,
+                gathers=form.gathers,
             )
         assert isinstance(form, _scan.ScanForm)
         return functools.partial(
             _scan.window_argmax, spec=spec, form=form, sharding=sharding
         )
 
-    forms = _per_platform(lambda p: _policy.forward_form(spec, p, env))
-    return by_platform(emit, x, **forms)
+    return _emit(emit, lambda p: _policy.forward_form(spec, p, env), platform, x)
 
 
 def backward(
@@ -110,16 +129,20 @@ def backward(
     spec: PoolSpec,
     own_indices: bool = False,
     values: jax.Array | None = None,
+    platform: str | None = None,
 ) -> jax.Array:
     """The gradient with respect to ``x`` (its shape and dtype), with the
     spec's algorithm (``_policy.algorithm``; ``own_indices``: the indices are
     the forward's, as in its VJP, which gives its ``values`` too), in each
-    platform's form (``_policy.backward_form``)."""
+    platform's form (``_policy.backward_form``; ``platform``'s alone, where
+    given: see :func:`_emit`)."""
     if auto := auto_axes_for(indices, spec.nd, spec.trail, 1):  # see _mesh
         if values is None:
-            run = auto(lambda g, i: backward(g, i, x, spec, own_indices))
+            run = auto(
+                lambda g, i: backward(g, i, x, spec, own_indices, None, platform)
+            )
             return run(grad_output, indices)
-        run = auto(lambda g, i, v: backward(g, i, x, spec, own_indices, v))
+        run = auto(lambda g, i, v: backward(g, i, x, spec, own_indices, v, platform))
         return run(grad_output, indices, values)
     env = _policy.environment(under_mesh(indices))
     sharding = plane_sharding(indices, spec.nd, spec.trail, spec.nd)
@@ -162,7 +185,7 @@ def backward(
     operands = (
         (grad_output, indices) if values is None else (grad_output, indices, values)
     )
-    return by_platform(emit, *operands, **_per_platform(choose))
+    return _emit(emit, choose, platform, *operands)
 
 
 _gather_sum = traced_once(_backward.gather_sum, (2, 3, 4, 5))
@@ -180,18 +203,20 @@ def fractional_forward(
     if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
         return auto(lambda x, rows: fractional_forward(x, rows, spec))(x, rows)
 
-    def emit(form: str) -> Callable[..., tuple[jax.Array, jax.Array]]:
-        if form == TAPS:
+    def emit(form: tuple[str, str]) -> Callable[..., tuple[jax.Array, jax.Array]]:
+        picks, platform = form
+        if picks == TAPS:
             return functools.partial(_fractional.gather_taps, spec=spec)
 
         def pick(x: jax.Array, rows: tuple[jax.Array, ...]) -> Any:
-            values, indices = forward(x, spec.every_window())
-            matmul = form == MATMUL
+            values, indices = forward(x, spec.every_window(), platform)
+            matmul = picks == MATMUL
             return _fractional.pick_windows(values, indices, rows, spec, matmul)
 
         return pick
 
-    forms = _per_platform(_policy.fractional_forward_form)
+    # Each form names its platform, whose stride-1 pool it calls.
+    forms = _per_platform(lambda p: (_policy.fractional_forward_form(p), p))
     return by_platform(emit, x, rows, **forms)
 
 
@@ -201,30 +226,44 @@ def fractional_backward(
     x: jax.ShapeDtypeStruct,
     spec: FractionalSpec,
     rows: tuple[jax.Array, ...] | None = None,
+    values: jax.Array | None = None,
 ) -> jax.Array:
     """The fractional pool's gradient with respect to ``x`` (its shape and
     dtype), with the spec's algorithm (``_policy.fractional_algorithm``): the
     scatter-add, or a deterministic gather. The VJP gives its window starts
-    ``rows`` (its indices are its own): the gather is then the gradients
-    spread onto the stride-1 pool's windows (``_fractional.spread_windows``)
-    and that pool's covering sum, in each platform's form (:func:`backward`);
-    without them, ``_fractional.gather_sum``, a sort, which honours any index
-    inside the plane."""
+    ``rows`` (its indices are its own) and, where a platform's backward reads
+    them, its ``values``: the gather is then the gradients (with the
+    indices and values) spread onto the stride-1 pool's windows
+    (``_fractional.spread_windows``) and that pool's backward of its own
+    indices, in each platform's form (:func:`backward`); without them,
+    ``_fractional.gather_sum``, a sort, which honours any index inside the
+    plane."""
     nd, trail = spec.nd, spec.trail
+    keyed = values is not None
     if auto := auto_axes_for(indices, nd, trail, 1):  # see _mesh
-        run = auto(lambda g, i, *r: fractional_backward(g, i, x, spec, r or None))
-        return run(grad_output, indices, *(rows or ()))
+        more = (values,) if keyed else ()
+
+        def run(g: jax.Array, i: jax.Array, *rest: jax.Array) -> jax.Array:
+            v, r = (rest[0], rest[1:]) if keyed else (None, rest)
+            return fractional_backward(g, i, x, spec, r or None, v)
+
+        return auto(run)(grad_output, indices, *more, *(rows or ()))
     env = _policy.environment(under_mesh(indices))
 
-    def emit(form: tuple[str, str]) -> Callable[..., jax.Array]:
-        chosen, picks = form
+    def emit(form: tuple[str, str, str]) -> Callable[..., jax.Array]:
+        chosen, picks, platform = form
         if chosen == "gather" and rows is not None:
             matmul = picks == MATMUL
 
-            def spread_sum(g: jax.Array, i: jax.Array, *rows: jax.Array) -> Any:
-                g, i = _fractional.spread_windows(g, i, rows, spec, matmul)
+            def spread_sum(g: jax.Array, i: jax.Array, *rest: jax.Array) -> Any:
+                v, rows = (rest[0], rest[1:]) if keyed else (None, rest)
+                v = None if matmul else v  # a TPU's dense backward reads none
+                g, i, v = _fractional.spread_windows(g, i, rows, spec, matmul, v)
+                # Spread once, into buffers: fused into a GPU's window
+                # reduction, every window it reads would spread them again.
+                g, i, v = lax.optimization_barrier((g, i, v))
                 every = spec.every_window()._replace(algorithm="gather")
-                return backward(g, i, x, every, own_indices=True)
+                return backward(g, i, x, every, True, v, platform)
 
             return spread_sum
         if chosen == "gather":
@@ -232,10 +271,11 @@ def fractional_backward(
         return lambda g, i, *_: scatter(g, i, x=x, nd=nd, trail=trail, accumulate=True)
 
     spread = rows is not None
-    forms = _per_platform(
-        lambda p: _policy.fractional_backward_form(spec, p, spread, env)
+    forms = _per_platform(  # each naming its platform, whose backward it calls
+        lambda p: (*_policy.fractional_backward_form(spec, p, spread, env), p)
     )
-    return by_platform(emit, grad_output, indices, *(rows or ()), **forms)
+    more = (values,) if keyed else ()
+    return by_platform(emit, grad_output, indices, *more, *(rows or ()), **forms)
 
 
 def unpool(

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import jaxlib.version
 
-from . import _scan, _tpu
+from . import _reduce, _scan, _tpu
 from ._windows import INT32_MAX, Algorithm, FractionalSpec, Implementation, PoolSpec
 
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -39,11 +39,16 @@ SCATTER, GATHER, PALLAS = "scatter", "gather", "pallas"
 # spatial axis with halo exchanges (``_backward.covering_sum``'s
 # ``partitioned``), for adaptive windows of two sizes under a mesh.
 PARTITIONED = "partitioned"
-# The forward as one variadic window reduction with flat codes
-# (``_reduce.window_argmax``), and the deterministic backward of the forward's
-# own values and indices as one (``_backward.covering_reduction``): programs
-# that do not grow with the window's size.
-REDUCE, REDUCTION = "reduce", "reduction"
+# The deterministic backward of the forward's own values and indices as one
+# variadic window reduction (``_backward.covering_reduction``): a program
+# that does not grow with the window's size.
+REDUCTION = "reduction"
+# The forward as one variadic window reduction (``_reduce``): with flat codes
+# (GPU, and every platform under a mesh), with the TPU's compact ones, and
+# the CPU's form of adaptive windows of two sizes (their copies gathered).
+REDUCE = _reduce.ReduceForm(compact=False)
+COMPACT = _reduce.ReduceForm(compact=True)
+GATHERED = _reduce.ReduceForm(compact=False, gathers=True)
 # The covering reduction per stride phase, which XLA's partitioner splits
 # along a sharded spatial axis with halo exchanges: the backward of the
 # forward's own values and indices of regular windows under a mesh.
@@ -119,23 +124,29 @@ def implementation(spec: PoolSpec, kernel: str, env: Environment) -> Implementat
 
 def forward_form(
     spec: PoolSpec, platform: str, env: Environment
-) -> _scan.ScanForm | str:
+) -> _scan.ScanForm | _reduce.ReduceForm:
     """The XLA forward's form on ``platform``: on the CPU without a mesh the
     scan (``_scan.ScanForm``: the values read back at the indices, a strided
     minor axis read from a phase-split copy where it pays
     (``_scan.splits_phases``), and each pass and the indices in buffers of
     their own), which XLA:CPU runs several times faster than a window
     reduction; elsewhere one variadic window reduction (``_reduce``): on a
-    TPU with compact codes (:data:`TPU`), on a GPU and under a mesh with flat
-    ones (:data:`REDUCE`), which XLA fuses with their iotas into one kernel
-    and its partitioner splits along a sharded spatial axis with halo
-    exchanges."""
+    TPU with compact codes (:data:`COMPACT`), on a GPU and under a mesh with
+    flat ones (:data:`REDUCE`), which XLA fuses with their iotas into one
+    kernel and its partitioner splits along a sharded spatial axis with halo
+    exchanges. Adaptive windows of two sizes are reduced one axis at a time
+    on every platform (``_reduce.staged_argmax``), each a plain reduction
+    over a copy of the axis in which every window is its taps in turn: on
+    the CPU too (:data:`GATHERED`: the copy a gather), which runs it faster
+    than the scan (the performance page)."""
     if platform == "tpu":
-        return TPU
-    if platform == "cpu" and not env.mesh:
-        phases = _scan.splits_phases(spec.axes, spec.trail)
-        return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
-    return REDUCE
+        return COMPACT
+    if platform != "cpu" or env.mesh:
+        return REDUCE
+    if any(w.starts for w in spec.axes):
+        return GATHERED
+    phases = _scan.splits_phases(spec.axes, spec.trail)
+    return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
 
 
 def gpu_scatter(env: Environment) -> bool:
@@ -239,6 +250,19 @@ def reads_values(spec: PoolSpec, env: Environment) -> bool:
     return any(
         backward_form(spec, algorithm(spec, True, p, env), True, p, env, True)
         in reductions
+        for p in PLATFORMS
+    )
+
+
+def fractional_reads_values(spec: FractionalSpec, env: Environment) -> bool:
+    """Whether the fractional VJP's backward reads the forward's values on
+    some platform: where it is the gather, spread onto the stride-1 pool,
+    whose own backward is then a covering reduction (:func:`reads_values`)."""
+    every = spec.every_window()._replace(algorithm="gather")
+    return any(
+        fractional_algorithm(spec, p, env) == "gather"
+        and backward_form(every, "gather", True, p, env, True)
+        in (REDUCTION, PARTITIONED_REDUCTION)
         for p in PLATFORMS
     )
 

@@ -46,7 +46,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._columns import empty_windows, fill_empty, per_window
+from ._columns import divide, empty_windows, fill_empty, per_window
 from ._planes import gather_at
 from ._tpu import layout
 from ._windows import (
@@ -57,6 +57,15 @@ from ._windows import (
     row_major_strides,
     split,
 )
+
+
+class ReduceForm(NamedTuple):
+    """How :func:`window_argmax` runs, chosen per platform by ``_policy``."""
+
+    compact: bool  # the TPU's narrow codes (:func:`codes`), else flat positions
+    # Adaptive windows of two sizes copied by a gather (:func:`stage`; the
+    # CPU's), else by slices.
+    gathers: bool = False
 
 
 class Codes(NamedTuple):
@@ -85,33 +94,6 @@ def codes(axes: tuple[AxisWindows, ...], compact: bool) -> Codes:
     if bits > 15:
         return flat
     return Codes("circular", radix, bits, jnp.int8 if bits <= 7 else jnp.int16)
-
-
-@functools.cache
-def _reciprocal(divisor: int, bound: int) -> tuple[int, int] | None:
-    """``(magic, shift)`` with ``x * magic >> shift == x // divisor`` for every
-    ``0 <= x < bound`` and no int32 overflow, checked exhaustively; ``None``
-    where there is none."""
-    shift = max(1, (bound * divisor).bit_length())
-    magic = -(-(1 << shift) // divisor)
-    x = np.arange(bound, dtype=np.int64)
-    if bound * magic >= 2**31 or not np.array_equal(x * magic >> shift, x // divisor):
-        return None
-    return magic, shift
-
-
-def divide(x: jax.Array, divisor: int, bound: int) -> jax.Array:
-    """``x // divisor`` for ``0 <= x < bound`` as a multiply and a shift (or a
-    shift alone): XLA's TPU compiler is slow over an integer division (the
-    performance record, "The forward: where the bytes go", has the compile
-    times)."""
-    if divisor & (divisor - 1) == 0:
-        return x >> (divisor.bit_length() - 1)
-    found = _reciprocal(divisor, bound)
-    if found is None:
-        return x // divisor
-    magic, shift = found
-    return (x * magic) >> shift
 
 
 def _pick(bits: int, padding: bool) -> Callable[..., Any]:
@@ -208,9 +190,13 @@ def _chosen(
     return jnp.broadcast_to(index, shape, out_sharding=sharding)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
 def window_argmax(
-    x: jax.Array, spec: PoolSpec, compact: bool = False, sharding: Any = None
+    x: jax.Array,
+    spec: PoolSpec,
+    compact: bool = False,
+    sharding: Any = None,
+    gathers: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Max and flat argmax of every window over the spatial axes of ``x``,
     as ``_scan.window_argmax`` (the same values and indices, bit for bit),
@@ -223,13 +209,15 @@ def window_argmax(
       spec: the pool.
       compact: the TPU's narrow codes (:func:`codes`), else flat positions.
       sharding: of the arrays built here (see ``_mesh.plane_sharding``).
+      gathers: adaptive windows of two sizes read by a gather (CPU and GPU
+        without a mesh), else by slices (:func:`stage`).
 
     Returns:
       ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,
       indices int32 offsets into the unpadded ``S`` plane.
     """
     if any(w.starts for w in spec.axes):
-        return staged_argmax(x, spec, compact, sharding)
+        return staged_argmax(x, spec, compact, sharding, gathers)
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
     c = codes(axes, compact)
     source, first = x, []
@@ -284,7 +272,7 @@ def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:
 
 
 def staged_argmax(
-    x: jax.Array, spec: PoolSpec, compact: bool, sharding: Any
+    x: jax.Array, spec: PoolSpec, compact: bool, sharding: Any, gathers: bool
 ) -> tuple[jax.Array, jax.Array]:
     """:func:`window_argmax` of adaptive windows: one reduction per spatial
     axis, the last first. Each reduces the values and one code: the chosen
@@ -323,7 +311,7 @@ def staged_argmax(
         lanes = compact and static and layout.lane_axis(values.shape) == axis
         dilated = lanes and _dilates(w)
         values, coordinate, carried, reduce = stage(
-            values, code, w, axis, sharding, dilated
+            values, code, w, axis, sharding, dilated, gathers
         )
         code = coordinate.astype(dtype) * jnp.array(strides[a], dtype)
         if carried is not None:
@@ -371,6 +359,7 @@ def stage(
     axis: int,
     sharding: Any,
     dilated: bool,
+    gathers: bool = False,
 ) -> _Stage:
     """A stage of :func:`staged_argmax`: the windows ``w`` along ``axis``.
 
@@ -387,7 +376,8 @@ def stage(
     elements in turn (a short window repeats its last): the taps split off
     into an axis of their own, reduced by a plain reduction, into which XLA
     fuses the coordinates (each window's first plus the tap, at most its
-    last), an iota and per-window tables."""
+    last), an iota and per-window tables; the copy a gather with
+    ``gathers``, else a concatenate of the axis's contiguous runs."""
     if dilated:
         p, q = _ratio(w)
         coordinate = lax.broadcasted_iota(
@@ -407,9 +397,16 @@ def stage(
         return values, coordinate, carried, reduce
     positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
     shape = (*values.shape[:axis], w.out, w.taps, *values.shape[axis + 1 :])
-    values = _read(values, axis, positions).reshape(shape)
+
+    def read(arr: jax.Array) -> jax.Array:
+        tiles = np.array_equal(positions, np.arange(arr.shape[axis]))
+        if gathers and not tiles:
+            return jnp.take(arr, positions, axis=axis).reshape(shape)
+        return _read(arr, axis, positions).reshape(shape)
+
+    values = read(values)
     if carried is not None:
-        carried = _read(carried, axis, positions).reshape(shape)
+        carried = read(carried)
     if sharding is not None:  # the taps' axis is spatial: not sharded
         spec = tuple(sharding.spec)
         parts = PartitionSpec(*spec[: axis + 1], None, *spec[axis + 1 :])
@@ -426,6 +423,7 @@ def _window_argmax_jvp(
     spec: PoolSpec,
     compact: bool,
     sharding: Any,
+    gathers: bool,
     primals: tuple[Any, ...],
     tangents: tuple[Any, ...],
 ) -> tuple[Any, Any]:
@@ -434,7 +432,7 @@ def _window_argmax_jvp(
     padding's); the indices have none. (JAX's rule for a variadic window
     reduction does not take an integer operand's symbolic zero tangent.)"""
     (x,), (t,) = primals, tangents
-    values, index = window_argmax(x, spec, compact, sharding)
+    values, index = window_argmax(x, spec, compact, sharding, gathers)
     lead = split(x.ndim, spec.nd, spec.trail)[0]
     chosen = gather_at(t, index, spec.nd, spec.trail, 0.0)
     chosen = fill_empty(chosen, spec.axes, lead, 0.0)

@@ -27,8 +27,9 @@ def test_windows_follow_the_exact_integer_formula():
 
 def test_integer_ratio_is_a_plain_strided_pool():
     # Uniform windows (one size, one step) are a strided pool and take its
-    # path; others take two sizes and are picked by slicing. Either way the
-    # only gather in the CPU program is the read-back of the values.
+    # path, whose only gather in the CPU program is the read-back of the
+    # values; others take two sizes and are reduced one axis at a time, each
+    # from a copy of the axis (a gather) unless its windows tile it.
     from jaxpool._windows import adaptive_axis
 
     assert adaptive_axis(56, 7)._replace(size=0) == (0, 7, 8, 8, 0, 1, (), ())

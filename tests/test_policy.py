@@ -10,7 +10,9 @@ from jaxpool import _policy
 from jaxpool._args import AdaptiveArgs, FractionalArgs, PoolArgs
 from jaxpool._fractional_spec import fractional_spec
 from jaxpool._policy import (
+    COMPACT,
     GATHER,
+    GATHERED,
     MATMUL,
     PALLAS,
     PARTITIONED,
@@ -142,8 +144,8 @@ def test_none_takes_pallas_only_where_measured_and_on_a_gpu_host(monkeypatch):
         ("cpu", MESH, REDUCE),
         ("gpu", NEW, REDUCE),
         ("gpu", MESH, REDUCE),
-        ("tpu", NEW, TPU),
-        ("tpu", MESH, TPU),
+        ("tpu", NEW, COMPACT),
+        ("tpu", MESH, COMPACT),
     ],
 )
 def test_forward_table(platform, env, form):
@@ -157,6 +159,17 @@ def test_forward_table(platform, env, form):
         assert got == form
         return
     assert (got.read_back, got.phases, got.materialize) == (True, True, True)
+
+
+def test_two_size_adaptive_forward_is_a_reduction_everywhere():
+    """Adaptive windows of two sizes are reduced one axis at a time on every
+    platform, the CPU's copies gathered (faster there than the scan), the
+    others' sliced: no gather in an accelerator's forward."""
+    spec = POOLS["adaptive 12 -> 5"]
+    assert _policy.forward_form(spec, "cpu", NEW) == GATHERED
+    assert _policy.forward_form(spec, "gpu", NEW) == REDUCE
+    assert _policy.forward_form(spec, "cpu", MESH) == REDUCE
+    assert _policy.forward_form(spec, "tpu", NEW) == COMPACT
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from helpers import (
 )
 
 import jaxpool
-from jaxpool import _reduce
+from jaxpool import _columns, _reduce
 from jaxpool._args import PoolArgs
 from jaxpool._spec import pool_spec
 from jaxpool._tpu import backward, layout
@@ -82,11 +82,11 @@ def test_division_by_a_constant_is_floor_division(divisor, bound, reciprocal):
     """The codes' decoding divides by a multiply and a shift where one holds
     for every code below ``bound`` without overflowing int32 (a shift alone
     for a power of two), else by ``//``: each equals floor division."""
-    found = _reduce._reciprocal(divisor, bound)
+    found = _columns._reciprocal(divisor, bound)
     assert (found is not None) == reciprocal
     x = jnp.arange(bound, dtype=jnp.int32)
     assert np.array_equal(
-        _reduce.divide(x, divisor, bound), np.arange(bound) // divisor
+        _columns.divide(x, divisor, bound), np.arange(bound) // divisor
     )
 
 

@@ -69,7 +69,7 @@ def _taps(w: AxisWindows) -> tuple[list[_Tap], int]:
 
 def _coordinates(flat: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
     """``_columns.coordinates`` of offsets in ``[0, prod(sizes))``, each
-    division a multiply and a shift (``_reduce.divide``): XLA's TPU compiler
+    division a multiply and a shift (``_columns.divide``): XLA's TPU compiler
     is slow over an integer division."""
     bound, found = math.prod(sizes), []
     for n in reversed(sizes[1:]):
