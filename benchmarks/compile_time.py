@@ -481,7 +481,8 @@ def main() -> None:
             print(
                 f"{r['target']:5} {r['program']:52} {r['jaxpool_s']:6.2f} s vs "
                 f"{r['builtin_s']:5.2f} s ({r['ratio']:5.2f}x)  "
-                f"{r['jaxpool_instructions']:5} vs {r['builtin_instructions']:4} instr.",
+                f"{r['jaxpool_instructions']:5} vs "
+                f"{r['builtin_instructions']:4} instr.",
                 flush=True,
             )
         rows += found

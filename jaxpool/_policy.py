@@ -197,6 +197,13 @@ def algorithm(
     return "scatter" if platform == "cpu" or gpu_scatter(env) else "gather"
 
 
+# The most taps a window of the TPU's dense backward has: one term per tap, a
+# program that grows with the window's volume (its budgets' windows have 27 at
+# most). Larger windows take the elementwise select where they are disjoint,
+# the covering reduction where they overlap.
+DENSE_TAPS = 27
+
+
 def backward_form(
     spec: PoolSpec,
     chosen: Algorithm,
@@ -218,7 +225,9 @@ def backward_form(
       Pallas's (``shard_map`` it);
     - the gather: :data:`PALLAS` where the backward is Pallas's; on a TPU,
       :data:`TPU` (its dense form, ``_tpu.covering_sum``: no gather, no
-      scatter) for the windows ``_tpu.dense`` accepts; on a GPU, of
+      scatter) for the windows ``_tpu.dense`` accepts of at most
+      :data:`DENSE_TAPS` taps, larger ones the elementwise select
+      (:data:`GATHER`) where disjoint, else :data:`REDUCTION`; on a GPU, of
       overlapping regular windows given the forward's values,
       :data:`REDUCTION` (one window reduction, which XLA fuses into one
       kernel, where the covering sum is one gather per covering window); else
@@ -232,9 +241,13 @@ def backward_form(
     if env.mesh and (chosen == "gather" or own_indices):
         return PARTITIONED_REDUCTION if regular else PARTITIONED
     if chosen == "gather":
-        if platform == "tpu" and _tpu.dense(spec):
-            return TPU
         overlapping = not all(w.disjoint for w in spec.axes)
+        if platform == "tpu" and _tpu.dense(spec):
+            if math.prod(w.taps for w in spec.axes) <= DENSE_TAPS:
+                return TPU
+            if not overlapping:
+                return GATHER
+            return REDUCTION if regular else TPU
         if platform == "gpu" and regular and overlapping:
             return REDUCTION
         return GATHER

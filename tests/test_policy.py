@@ -41,6 +41,8 @@ POOLS = {
     "k3 s1 d2": pool_spec("t", 3, SHAPE, PoolArgs(3, 1, 0, 2)),
     "adaptive 12 -> 5": adaptive_spec("t", 3, SHAPE, AdaptiveArgs(5)),
     "adaptive 12 -> 4": adaptive_spec("t", 3, SHAPE, AdaptiveArgs(4)),
+    "k7 s1 p3": pool_spec("t", 3, SHAPE, PoolArgs(7, 1, 3)),
+    "k4 s4": pool_spec("t", 3, SHAPE, PoolArgs(4, 4)),
     "k3 s2 p1 gather": pool_spec("t", 3, SHAPE, PoolArgs(3, 2, 1, algorithm="gather")),
     "k3 s2 p1 scatter": pool_spec(
         "t", 3, SHAPE, PoolArgs(3, 2, 1, algorithm="scatter")
@@ -83,6 +85,12 @@ BACKWARD = [
     ("k2 s2", True, "gpu", NEW, "gather", GATHER),
     ("k2 s2", True, "tpu", NEW, "gather", TPU),
     ("adaptive 12 -> 4", True, "cpu", NEW, "gather", GATHER),
+    # The TPU's dense form has a term per tap: up to 27 taps (k3 in 3-D);
+    # larger windows take the select where disjoint, else the covering
+    # reduction, whose program grows with the window's rank.
+    ("k4 s4", True, "tpu", NEW, "gather", GATHER),
+    ("k7 s1 p3", True, "tpu", NEW, "gather", REDUCTION),
+    ("k7 s1 p3", False, "tpu", NEW, "scatter", SCATTER),
     # Dilated and two-size adaptive windows: no dense form on a TPU.
     ("k3 s1 d2", True, "tpu", NEW, "scatter", SCATTER),
     ("adaptive 12 -> 5", True, "tpu", NEW, "scatter", SCATTER),
