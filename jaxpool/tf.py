@@ -130,8 +130,24 @@ def _pool_spec(
 # ------------------------------------------------------------ index maps
 
 
-def flat_indices(
+def _check_range(
     name: str,
+    shape: tuple[int, ...],
+    include_batch: bool,
+    dtype: np.dtype,
+) -> None:
+    """Every flat index of an input of ``shape`` must fit ``dtype``."""
+    per = math.prod(shape[1:])
+    largest = per * shape[0] if include_batch else per
+    if largest - 1 > np.iinfo(dtype).max:
+        where = "in the batch" if include_batch else "per image"
+        raise ValueError(
+            f"{name}: `input` of shape {shape} has {largest} elements {where}, "
+            f"past {dtype} indices: enable jax_enable_x64 and ask for int64 ones"
+        )
+
+
+def flat_indices(
     plane: jax.Array,
     shape: tuple[int, ...],
     nd: int,
@@ -146,19 +162,11 @@ def flat_indices(
     first, stop = split(len(shape), nd, int(channels_last))
     spatial = math.prod(shape[first:stop])
     channels = shape[-1] if channels_last else shape[first - 1]
-    per = spatial * channels
-    largest = per * shape[0] if include_batch else per
-    if largest - 1 > np.iinfo(dtype).max:
-        where = "in the batch" if include_batch else "per image"
-        raise ValueError(
-            f"{name}: `input` of shape {shape} has {largest} elements {where}, "
-            f"past {dtype} indices: enable jax_enable_x64 and ask for int64 ones"
-        )
     flat = plane.astype(dtype)
     channel = lax.broadcasted_iota(dtype, plane.shape, stop if channels_last else 1)
     flat = flat * channels + channel if channels_last else channel * spatial + flat
     if include_batch:
-        flat = flat + lax.broadcasted_iota(dtype, plane.shape, 0) * per
+        flat = flat + lax.broadcasted_iota(dtype, plane.shape, 0) * (spatial * channels)
     return flat
 
 
@@ -171,11 +179,11 @@ def pool(
 ) -> tuple[jax.Array, jax.Array]:
     """``(values, flat indices)`` of the pool ``spec`` over the batched ``x``
     under TensorFlow's rule, differentiable in ``x``."""
+    _check_range(name, x.shape, include_batch, dtype)
     values, plane = _core.tf_pool(name, x, spec)
     nd, channels_last = spec.nd, spec.channels_last
-    return values, flat_indices(
-        name, plane, x.shape, nd, channels_last, include_batch, dtype
-    )
+    flat = flat_indices(plane, x.shape, nd, channels_last, include_batch, dtype)
+    return values, flat
 
 
 def scatter(
