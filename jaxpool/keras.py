@@ -13,9 +13,9 @@
   ``layer([values, indices, like])``.
 
 The indices are TensorFlow's (``tf.nn.max_pool_with_argmax``): the flat
-offset of the chosen element in its image as laid out, ``(y * W + x) * C +
-c`` channels-last (``(z * H + y) * W + x`` and ``x`` in 3-D and 1-D),
-``(c * H + y) * W + x`` channels-first; int32 (int64 with
+offset of the chosen element in its image as laid out: channels-last
+``(y * W + x) * C + c`` (3-D ``((z * H + y) * W + x) * C + c``, 1-D ``x * C +
+c``), channels-first ``(c * H + y) * W + x``; int32 (int64 with
 ``jax_enable_x64``). So are the choices: ties keep the first maximum, and NaN
 is skipped unless it is a window's first element (see [`jaxpool.tf`][]). A
 Keras SegNet written on ``tf.nn.max_pool_with_argmax`` keeps its numbers:
@@ -38,7 +38,8 @@ Needs ``pip install 'jaxpool[keras]'``.
 >>> values, indices = jpkeras.MaxPoolingWithArgmax2D()(x)
 >>> indices[0, :, :, 0].tolist()
 [[5, 7], [13, 15]]
->>> jpkeras.MaxUnpooling2D()([values, indices])[0, :, :, 0].tolist()[1]
+>>> restored = jpkeras.MaxUnpooling2D()([values, indices])  # 2x2: (1, 4, 4, 1)
+>>> restored[0, 1, :, 0].tolist()
 [0.0, 5.0, 0.0, 7.0]
 """
 

@@ -97,6 +97,17 @@ EXPECTATIONS = {
         ns["grad_x"].shape == ns["x"].shape
         and np.array_equal(np.asarray(ns["grad_x"]), np.asarray(ns["repeat"]))
     ),
+    # docs/tensorflow.md: a SAME pool of odd sizes unpooled to its input's.
+    "decoded": lambda ns: (
+        ns["decoded"].shape == ns["x"].shape
+        and ns["pooled"].shape == (4, 23, 30, 16)
+        and ns["x_grad"].shape == ns["x"].shape
+    ),
+    "same": lambda ns: ns["same"] is True,
+    "unpooled": lambda ns: (
+        tuple(ns["unpooled"].shape) == (None, 45, 60, 16)
+        and ns["indices"].dtype == "int32"
+    ),
     # The step reads its input at least once: XLA's TPU cost model, not zero.
     "tpu_bytes": lambda ns: ns["tpu_bytes"] >= ns["x"].size * 4,
 }

@@ -9,6 +9,9 @@ TensorFlow must be there."""
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -379,3 +382,12 @@ def test_unpool_drops_indices_outside_the_image():
     argmax = jnp.array([4, -1]).reshape(2, 1, 1, 1)
     out = jptf.max_unpool(values, argmax, (2, 2))
     np.testing.assert_array_equal(np.asarray(out), np.zeros((2, 2, 2, 1)))
+
+
+def test_imports_no_tensorflow(monkeypatch):
+    """jaxpool.tf is JAX alone: it imports where TensorFlow cannot be."""
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # its import now fails
+    monkeypatch.delitem(sys.modules, "jaxpool.tf")
+    module = importlib.import_module("jaxpool.tf")
+    values, _ = module.max_pool_with_argmax(np.ones((1, 2, 2, 1)), 2, 2, "VALID")
+    assert values.shape == (1, 1, 1, 1)
