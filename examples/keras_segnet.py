@@ -7,10 +7,10 @@
 The layers a Keras SegNet written on ``tf.nn.max_pool_with_argmax`` uses,
 ``MaxPoolingWithArgmax2D`` and ``MaxUnpooling2D``, here from
 ``jaxpool.keras`` on Keras's JAX backend, with TensorFlow's indices. The
-encoder pools 36 -> 18 -> 9 -> 5 (``"same"``); each decoder stage puts the
+encoder pools 30 -> 15 -> 8 (``"same"``); each decoder stage puts the
 values back where the encoder's maxima were, at the encoder's own size (the
-layer is given the pool's input, ``[values, indices, like]``, so 5 unpools to
-9, not 10). Trained with ``model.fit`` to segment synthetic images (noisy
+layer is given the pool's input, ``[values, indices, like]``, so 8 unpools to
+15, not 16). Trained with ``model.fit`` to segment synthetic images (noisy
 rectangles and discs) into background, rectangles and discs; prints the
 held-out loss and pixel accuracy before and after, saves the model as
 ``.keras``, loads it and checks that it predicts the same.
@@ -29,19 +29,19 @@ import numpy as np
 
 from jaxpool import keras as jpkeras
 
-SIZE = 36
+SIZE = 30
 CLASSES = ("background", "rectangle", "disc")
 
 
 def images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(n, 36, 36, 1)`` float32 images of rectangles and discs on noise,
-    and ``(n, 36, 36)`` int32 labels: 0 background, 1 rectangle, 2 disc."""
+    """``(n, 30, 30, 1)`` float32 images of rectangles and discs on noise,
+    and ``(n, 30, 30)`` int32 labels: 0 background, 1 rectangle, 2 disc."""
     yy, xx = np.mgrid[:SIZE, :SIZE]
     labels = np.zeros((n, SIZE, SIZE), np.int32)
     for i in range(n):
         for _ in range(rng.integers(1, 4)):
-            cy, cx = rng.uniform(5, SIZE - 5, 2)
-            r = rng.uniform(3.0, 8.0)
+            cy, cx = rng.uniform(4, SIZE - 4, 2)
+            r = rng.uniform(3.0, 7.0)
             if rng.random() < 0.5:
                 shape, kind = (np.abs(yy - cy) <= r) & (np.abs(xx - cx) <= 0.6 * r), 1
             else:
@@ -53,22 +53,21 @@ def images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def segnet() -> keras.Model:
-    """Three pools with argmax, three unpools to the encoder's sizes."""
+    """Two pools with argmax, two unpools to the encoder's sizes. (16
+    channels throughout: Keras draws each new kernel shape's initial weights
+    with a program of its own, compiled once per shape.)"""
     layers = keras.layers
 
     def conv(x, channels):
         return layers.Conv2D(channels, 3, padding="same", activation="relu")(x)
 
     inputs = keras.Input((SIZE, SIZE, 1))
-    e1 = conv(inputs, 16)  # 36 x 36
-    p1, i1 = jpkeras.MaxPoolingWithArgmax2D(padding="same")(e1)  # 18 x 18
-    e2 = conv(p1, 32)
-    p2, i2 = jpkeras.MaxPoolingWithArgmax2D(padding="same")(e2)  # 9 x 9
-    e3 = conv(p2, 32)
-    p3, i3 = jpkeras.MaxPoolingWithArgmax2D(padding="same")(e3)  # 5 x 5
-    d3 = conv(jpkeras.MaxUnpooling2D()([p3, i3, e3]), 32)  # back to 9 x 9
-    d2 = conv(jpkeras.MaxUnpooling2D()([d3, i2, e2]), 16)  # 18 x 18
-    d1 = conv(jpkeras.MaxUnpooling2D()([d2, i1, e1]), 16)  # 36 x 36
+    e1 = conv(inputs, 16)  # 30 x 30
+    p1, i1 = jpkeras.MaxPoolingWithArgmax2D(padding="same")(e1)  # 15 x 15
+    e2 = conv(p1, 16)
+    p2, i2 = jpkeras.MaxPoolingWithArgmax2D(padding="same")(e2)  # 8 x 8
+    d2 = conv(jpkeras.MaxUnpooling2D()([p2, i2, e2]), 16)  # back to 15 x 15
+    d1 = conv(jpkeras.MaxUnpooling2D()([d2, i1, e1]), 16)  # 30 x 30
     logits = layers.Conv2D(len(CLASSES), 1)(d1)
     return keras.Model(inputs, logits, name="segnet")
 

@@ -57,9 +57,9 @@ def test_keras_segnet_learns_saves_and_loads(tmp_path):
     require("keras")
     out = tmp_path / "segnet.keras"
     result = _load("keras_segnet").main(
-        ["--epochs", "2", "--train", "128", "--out", str(out)]
+        ["--epochs", "4", "--train", "256", "--out", str(out)]
     )
-    # Two short epochs: the held-out loss falls clearly; the saved model loads
+    # 32 steps: the held-out loss falls by half or more; the saved model loads
     # (its jaxpool layers registered) and predicts the same, bit for bit.
-    assert result["end_loss"] < 0.85 * result["start_loss"], result
+    assert result["end_loss"] < 0.5 * result["start_loss"], result
     assert result["reloaded_same"] == 1.0, result
