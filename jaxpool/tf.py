@@ -198,12 +198,14 @@ def scatter(
     its image (or in the batch with ``include_batch``); an index past them, or
     negative, is dropped. Differentiable in ``updates``."""
     n = out.shape[0]
-    rows = 1 if include_batch else n
-    like = jax.ShapeDtypeStruct((rows, math.prod(out.shape) // max(rows, 1)), out.dtype)
+    rows, images = (1, n) if include_batch else (n, 1)
+    per = math.prod(out.shape[1:]) * images
+    each = math.prod(updates.shape[1:]) * images
+    like = jax.ShapeDtypeStruct((rows, per), out.dtype)
     flat = _core.scatter_rows(
         name,
-        updates.reshape(rows, -1),
-        indices.reshape(rows, -1),
+        updates.reshape(rows, each),
+        indices.reshape(rows, each),
         like,
         check_indices,
     )
@@ -263,7 +265,9 @@ def max_pool_with_argmax(
         ``jax_enable_x64``: without it the indices are **int32** whatever is
         asked (as every int64 in JAX), and an input too large for them is an
         error.
-      include_batch_in_index: add each image's offset, ``b * H * W * C``.
+      include_batch_in_index: add each image's offset, ``b * H * W * C``
+        (``b`` counts this call's images: under ``jax.vmap``, each mapped
+        slice's).
       name: accepted for TensorFlow's signature; unused.
       algorithm: how ``jax.grad`` computes the gradient: ``"auto"``,
         ``"scatter"`` or ``"gather"`` (deterministic), as in

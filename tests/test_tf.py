@@ -30,10 +30,12 @@ from helpers import (
     assert_same,
     cotangent,
     flat_scatter_add,
+    lowered,
     make_planes,
     np_dtype,
     optional,
     precision,
+    require,
     rng_for,
     tf_pool_oracle,
 )
@@ -229,16 +231,10 @@ def test_gradient_within_float32_rounding_of_tensorflow():
 
     ours = np.asarray(jax.jit(grad)(x), np.float64)
     assert (np.abs(ours - exact) <= bound).all()
-    tf = require_tf()
+    tf = require("tensorflow")
     _, _, theirs = _tf_pool(tf, x, g, 3, 1, "SAME", False)
     assert (np.abs(theirs.astype(np.float64) - exact) <= bound).all()
     assert (np.abs(ours - theirs) <= 2 * bound).all()
-
-
-def require_tf():
-    from helpers import require
-
-    return require("tensorflow")
 
 
 @pytest.mark.parametrize(
@@ -391,3 +387,49 @@ def test_imports_no_tensorflow(monkeypatch):
     module = importlib.import_module("jaxpool.tf")
     values, _ = module.max_pool_with_argmax(np.ones((1, 2, 2, 1)), 2, 2, "VALID")
     assert values.shape == (1, 1, 1, 1)
+
+
+@pytest.mark.forms(None)  # each platform's own forms, lowered for it
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_lowers_for_accelerators_without_a_gather(platform):
+    """The dialect runs the kernels' own forms: lowered for a GPU or a TPU
+    (whose forward carries the values through the scan, no read-back), its
+    forward holds no gather (the NaN fix reads the first taps by slicing),
+    and its gradient lowers too; the CPU's program reads its values back."""
+    x = jax.ShapeDtypeStruct((2, 9, 10, 3), jnp.float32)
+
+    def pool(x):
+        return jptf.max_pool_with_argmax(x, 3, 2, "SAME")
+
+    assert "stablehlo.gather" not in lowered(pool, (x,), platform)
+    assert "stablehlo.gather" in lowered(pool, (x,), "cpu")
+    grad = jax.grad(lambda x: pool(x)[0].sum())
+    assert "func.func public @main" in lowered(grad, (x,), platform)
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 5, 2), (2, 4, 5, 0)], ids=["N=0", "C=0"])
+def test_empty_batch_or_channels(shape):
+    """Empty outputs of the right shapes (TensorFlow rejects empty inputs)."""
+    x = np.zeros(shape, np.float32)
+    values, indices = jptf.max_pool_with_argmax(
+        x, 2, 2, "SAME", include_batch_in_index=True
+    )
+    assert values.shape == indices.shape == (shape[0], 2, 3, shape[3])
+    grad = jptf.max_pool_grad_with_argmax(x, values, indices, 2, 2, "SAME", True)
+    assert grad.shape == shape
+    assert jptf.max_unpool(values, indices, shape[1:3], True).shape == shape
+
+
+def test_second_order():
+    """The gradient is differentiable (TensorFlow's has no gradient): the
+    Hessian of the pooled values' squares is 2 at each window's argmax."""
+    x = rng_for("tf", "hessian").standard_normal((1, 4, 4, 2)).astype(np.float32)
+
+    def f(x):
+        return jnp.sum(jptf.max_pool_with_argmax(x, 2, 2, "VALID")[0] ** 2)
+
+    hessian = np.asarray(jax.hessian(f)(x)).reshape(x.size, x.size)
+    _, argmax = tf_pool_oracle(x, (2, 2), (2, 2), "VALID")
+    want = np.zeros(x.size)
+    want[argmax.ravel()] = 2.0
+    np.testing.assert_array_equal(hessian, np.diag(want))
