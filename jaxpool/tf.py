@@ -6,7 +6,7 @@ its CPU kernel skips NaN unless a window's first element is NaN. This module
 gives TensorFlow's values and indices, bit for bit (TensorFlow 2.21's CPU
 kernel), and its gradient, on the same spec, kernels and backward algorithms
 as jaxpool's own ops (a spec and an index map, no kernel of its own), so they
-run on every platform and under ``jit``, ``vmap``, ``grad`` and sharding:
+run on every platform and under ``jit``, ``vmap`` and ``grad``:
 
 - [`jaxpool.tf.max_pool_with_argmax`][]: ``tf.nn.max_pool_with_argmax``;
 - [`jaxpool.tf.max_pool_grad_with_argmax`][]:
