@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from . import _fractional, _platform, _policy
+from . import _fractional, _platform, _policy, _tf_rule
 from ._checks import check_indices as _check_indices
 from ._mesh import check_divisible, traced_once, under_mesh
 from ._windows import FractionalSpec, PoolSpec, split, with_spatial
@@ -197,3 +197,69 @@ def unpool(
     check_divisible(name, x, nd, trail, out.shape[first:stop], "the output")
     with jax.named_scope(f"jaxpool.{name}"):
         return _unpool_jit(x, indices, (out, nd, trail, windows))
+
+
+# ---------------------------------------------------- TensorFlow's dialect
+
+
+def _tf_kernel(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
+    """TensorFlow's ``(values, in-plane indices)`` (``_tf_rule``): the forward
+    kernel's pool of ``x`` with NaN made -inf, then the windows whose first
+    in-bounds element is NaN."""
+    values, indices = _forward(_tf_rule.nan_to_lowest(x), spec)
+    return _tf_rule.first_nan(x, spec, values, indices)
+
+
+_tf_forward = traced_once(_tf_kernel, 1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _tf_pool(x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
+    return _tf_forward(x, spec)
+
+
+def _tf_pool_fwd(x: jax.Array, spec: PoolSpec) -> tuple[Any, tuple[None, Any]]:
+    values, indices = _tf_forward(x, spec)
+    return (values, indices), (None, indices)
+
+
+# The backward is the PyTorch pools' own given the indices alone, each inside
+# its own window, as these are: not the covering reduction of the values,
+# whose order TensorFlow's NaN rule (a NaN window's first element) breaks.
+_tf_pool.defvjp(_tf_pool_fwd, _pool_bwd)
+_tf_pool_jit = jax.jit(_tf_pool, static_argnums=1)
+
+
+def tf_pool(name: str, x: jax.Array, spec: PoolSpec) -> tuple[jax.Array, jax.Array]:
+    """``(values, indices)`` of the pool ``spec`` over ``x`` under
+    TensorFlow's rule (``_tf_rule``), the indices in-plane as :func:`pool`'s;
+    differentiable, with :func:`pool`'s backward."""
+    check_divisible(name, x, spec.nd, spec.trail, spec.out_size, "the output")
+    with jax.named_scope(f"jaxpool.{name}"):
+        return _tf_pool_jit(x, spec)
+
+
+def _scatter_rows(
+    updates: jax.Array, indices: jax.Array, like: jax.ShapeDtypeStruct
+) -> jax.Array:
+    return _platform.scatter(updates, indices, x=like, nd=1, trail=0, accumulate=True)
+
+
+_scatter_rows_jit = jax.jit(_scatter_rows, static_argnums=2)
+
+
+def scatter_rows(
+    name: str,
+    updates: jax.Array,
+    indices: jax.Array,
+    like: jax.ShapeDtypeStruct,
+    check_indices: Any,
+) -> jax.Array:
+    """Zeros like ``like``, ``(R, P)``, then ``out[r, indices[r, q]] +=
+    updates[r, q]`` (16-bit in float32, rounded once); an index outside ``[0,
+    P)`` is dropped. TensorFlow's flat indices, a row per image or one for
+    the batch. Plain JAX, so differentiable: the gradient of ``updates`` is a
+    gather at ``indices``."""
+    _check_indices(name, indices, like.shape[1], check_indices)
+    with jax.named_scope(f"jaxpool.{name}"):
+        return _scatter_rows_jit(updates, indices, like)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from hypothesis import strategies as st
 
 import jaxpool
@@ -260,6 +261,138 @@ TORCHAX_OPINFO = [
     ("nn.functional.max_unpool1d", "grad"),
     ("nn.functional.max_unpool2d", "grad"),
     ("nn.functional.max_unpool3d", "grad"),
+]
+
+# ------------------------------------------------------------ TensorFlow
+
+NAN, INF = float("nan"), float("inf")
+
+# TensorFlow's choice in a 2x2 window (a, b / c, d in row-major order): the
+# value and the window position (0-3) of tf.nn.max_pool_with_argmax on CPU,
+# as TensorFlow 2.21 gives them (tests/test_tf.py checks them against it):
+# ties keep the first, NaN is skipped unless it is the first element.
+TF_WINDOWS = [
+    ("ties", (5, 5, 5, 5), 5, 0),
+    ("first of tied maxima", (1, 5, 2, 5), 5, 1),
+    ("row-major, not column-major", (1, 5, 5, 1), 5, 1),
+    ("-0.0 then +0.0", (-0.0, 0.0, -1, -1), -0.0, 0),
+    ("+0.0 then -0.0", (0.0, -0.0, -1, -1), 0.0, 0),
+    ("NaN skipped", (1, NAN, NAN, 3), 3, 3),
+    ("NaN only", (NAN, NAN, NAN, NAN), NAN, 0),
+    ("NaN first, then numbers", (NAN, 1, 2, 9), NAN, 0),
+    ("numbers, then NaN", (1, 7, NAN, 2), 7, 1),
+    ("NaN first, then -inf", (NAN, -INF, -INF, -INF), NAN, 0),
+    ("-inf first, then NaN", (-INF, NAN, NAN, -INF), -INF, 0),
+    ("-inf only", (-INF, -INF, -INF, -INF), -INF, 0),
+    ("NaN first, then +inf", (NAN, INF, 1, 2), NAN, 0),
+    ("+inf first, then NaN", (INF, NAN, 1, 2), INF, 0),
+    ("-inf, NaN, then a number", (-INF, NAN, 2, 1), 2, 2),
+    ("-inf and NaN before a negative", (-INF, NAN, -INF, -5), -5, 3),
+    ("NaN between tied maxima", (3, NAN, -INF, 3), 3, 0),
+]
+
+# (name, 2-D input, ksize, strides, padding, values, indices): "SAME" windows
+# at the bottom and right edges, whose in-bounds elements are all NaN or all
+# -inf, and windows whose first in-bounds element is padding's neighbour.
+TF_EDGES = [
+    (
+        "last row and column NaN",
+        [[0, 1, NAN], [3, 4, NAN], [NAN, NAN, NAN]],
+        2,
+        2,
+        "SAME",
+        [[4, NAN], [NAN, NAN]],
+        [[4, 2], [6, 8]],
+    ),
+    (
+        "last row and column -inf",
+        [[0, 1, -INF], [3, 4, -INF], [-INF, -INF, -INF]],
+        2,
+        2,
+        "SAME",
+        [[4, -INF], [-INF, -INF]],
+        [[4, 2], [6, 8]],
+    ),
+    (
+        "every window starts at a NaN",
+        [[NAN, -INF], [-INF, -INF]],
+        3,
+        1,
+        "SAME",
+        [[NAN, NAN], [NAN, NAN]],
+        [[0, 0], [0, 0]],
+    ),
+]
+
+# tf.nn.max_pool_with_argmax's configurations: (name, NHWC shape, ksize,
+# strides, padding, include_batch_in_index, how the op is called: "jit" or
+# "vmap" over a leading axis, the gradient's algorithm). Every argument form,
+# odd sizes with "SAME", windows larger than the input, strides larger than
+# the window, overlapping windows (9 gradients on one element), then random
+# ones (tf_random_pools). The inputs hold ties, NaN and +-inf in their planes.
+TF_POOLS = [
+    ("segnet-2x2", (2, 6, 8, 3), 2, 2, "VALID", False, "jit", "auto"),
+    ("odd-same-k3-s2", (2, 7, 9, 2), 3, 2, "SAME", True, "vmap", "auto"),
+    (
+        "window-larger-than-input",
+        (1, 2, 3, 2),
+        [4, 5],
+        1,
+        "SAME",
+        False,
+        "jit",
+        "gather",
+    ),
+    ("stride-gt-window", (2, 9, 10, 2), [2], [3, 4], "VALID", True, "jit", "scatter"),
+    (
+        "stride-gt-window-same",
+        (1, 7, 8, 3),
+        (2, 1),
+        (4, 3),
+        "SAME",
+        True,
+        "vmap",
+        "auto",
+    ),
+    ("4-lists", (1, 5, 6, 2), [1, 3, 2, 1], [1, 2, 1, 1], "SAME", False, "jit", "auto"),
+    ("k1", (1, 3, 4, 2), 1, 1, "VALID", False, "vmap", "gather"),
+    ("overlap-k3-s1", (1, 6, 5, 2), 3, 1, "SAME", True, "jit", "scatter"),
+    ("one-row", (2, 1, 11, 2), [1, 3], [1, 2], "SAME", False, "jit", "auto"),
+]
+
+
+def tf_random_pools(count: int, seed: int) -> list[tuple]:
+    """``count`` random rows in :data:`TF_POOLS`' form, drawn from ``seed``:
+    sizes 1-9, windows 1-4 in every argument form, strides 1-5, both
+    paddings ("VALID" only where the window fits), both index forms."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(count):
+        h, w = (int(v) for v in rng.integers(1, 10, 2))
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        s = tuple(int(v) for v in rng.integers(1, 6, 2))
+        fits = k[0] <= h and k[1] <= w
+        padding = "VALID" if fits and rng.random() < 0.5 else "SAME"
+        form = r % 3
+        ksize = (k[0] if k[0] == k[1] else k, list(k), [1, *k, 1])[form]
+        strides = [1, *s, 1] if form == 2 else s
+        shape = (int(rng.integers(1, 3)), h, w, int(rng.integers(1, 4)))
+        include = bool(rng.random() < 0.5)
+        how = ("jit", "vmap")[r % 2]
+        algorithm = ("auto", "scatter", "gather")[r % 3]
+        name = f"random-{r}"
+        rows.append((name, shape, ksize, strides, padding, include, how, algorithm))
+    return rows
+
+
+# SegNet's tf.scatter_nd unpooling: (name, NHWC shape of the pool's input,
+# ksize, strides, padding). Disjoint windows; odd sizes with "SAME" (which
+# tfa's inferred output shape gets wrong); overlapping windows, whose
+# coinciding indices scatter_nd sums.
+TF_UNPOOLS = [
+    ("segnet-2x2", (2, 4, 6, 3), 2, 2, "VALID"),
+    ("odd-same", (2, 5, 7, 2), 2, 2, "SAME"),
+    ("overlap-k3-s1", (1, 5, 5, 2), 3, 1, "SAME"),
 ]
 
 # ------------------------------------------------------------ unpool

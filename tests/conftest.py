@@ -26,6 +26,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # settings reach the workers and the scripts the tests start.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+# Keras picks its backend when first imported, and importing TensorFlow
+# imports Keras: jaxpool.keras runs on the JAX backend. TensorFlow's C++ logs
+# (oneDNN, CPU features) only to errors.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import helpers
 import jax

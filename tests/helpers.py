@@ -4,6 +4,7 @@ kernel forms, the one oracle comparison, torch."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import zlib
 
@@ -48,6 +49,21 @@ def require(module: str):
         if NO_SKIP:
             pytest.fail(f"{reason}; JAXPOOL_NO_SKIP=1 forbids skipping")
         pytest.skip(reason)
+
+
+def optional(module: str):
+    """Import an optional dependency for a comparison beside the oracle's:
+    ``None`` without it, so the test checks what it can (a failure under
+    JAXPOOL_NO_SKIP=1, where every comparison must run)."""
+    try:
+        return __import__(module)
+    except ImportError as e:
+        if NO_SKIP:
+            pytest.fail(
+                f"optional dependency {module!r} is not installed ({e}); "
+                "JAXPOOL_NO_SKIP=1 forbids leaving its comparison out"
+            )
+        return None
 
 
 def make_input(rng: np.random.Generator, shape, dtype: str, kind: str) -> np.ndarray:
@@ -444,3 +460,57 @@ def compare_torch(torch, forward, torch_forward, backward, x, nd, rng, dtype) ->
 def lowered(f, args: tuple, platform: str) -> str:
     """The StableHLO text of ``jit(f)`` lowered for ``platform``."""
     return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+
+
+def tf_pool_oracle(x: np.ndarray, ksize, strides, padding: str, channels_last=True):
+    """TensorFlow's CPU ``max_pool_with_argmax`` as a for-loop, over any
+    number of spatial axes: per window, its in-bounds elements in row-major
+    order from the first, which is replaced when ``current < candidate``
+    (never by NaN, and a NaN first element never). ``x`` is ``(N, *S, C)``
+    (``(N, C, *S)`` when not ``channels_last``); ``ksize`` and ``strides``
+    one int per spatial axis; ``padding`` "SAME" (the odd element after) or
+    "VALID". Returns ``(values, indices)``: the indices are each chosen
+    element's flat offset in its image as laid out, without the batch."""
+    if not channels_last:
+        x = np.moveaxis(x, 1, -1)
+    n, *spatial, c = x.shape
+    pads, outs = [], []
+    for size, k, s in zip(spatial, ksize, strides, strict=True):
+        out = -(-size // s) if padding == "SAME" else (size - k) // s + 1
+        pads.append(max(0, (out - 1) * s + k - size) // 2 if padding == "SAME" else 0)
+        outs.append(out)
+    values = np.zeros((n, *outs, c), x.dtype)
+    indices = np.zeros((n, *outs, c), np.int64)
+    for b, *o, ch in itertools.product(range(n), *map(range, outs), range(c)):
+        best = None
+        ranges = [
+            range(oi * s - p, oi * s - p + k)
+            for oi, s, p, k in zip(o, strides, pads, ksize, strict=True)
+        ]
+        for pos in itertools.product(*ranges):
+            if not all(0 <= q < size for q, size in zip(pos, spatial, strict=True)):
+                continue
+            value = x[(b, *pos, ch)]
+            if best is None or best[0] < value:
+                best = (value, pos)
+        assert best is not None
+        value, pos = best
+        flat = int(np.ravel_multi_index(pos, spatial))
+        values[(b, *o, ch)] = value
+        indices[(b, *o, ch)] = (
+            flat * c + ch if channels_last else ch * int(np.prod(spatial)) + flat
+        )
+    if not channels_last:
+        values, indices = np.moveaxis(values, -1, 1), np.moveaxis(indices, -1, 1)
+    return values, indices
+
+
+def flat_scatter_add(updates: np.ndarray, indices: np.ndarray, shape) -> np.ndarray:
+    """float64 ``zeros(shape)``, then each update added at its flat index in
+    its image (the first axis), as TensorFlow's ``MaxPoolGradWithArgmax``
+    and ``tf.scatter_nd`` unpooling place them."""
+    n = shape[0]
+    out = np.zeros((n, int(np.prod(shape[1:]))))
+    rows = np.repeat(np.arange(n), updates.size // max(n, 1))
+    np.add.at(out, (rows, indices.reshape(-1)), updates.reshape(-1).astype(np.float64))
+    return out.reshape(shape)

@@ -10,7 +10,12 @@ from helpers import require
 
 import jaxpool
 
-OPTIONAL = {"jaxpool.nnx": "flax", "jaxpool.linen": "flax", "jaxpool.eqx": "equinox"}
+OPTIONAL = {
+    "jaxpool.nnx": "flax",
+    "jaxpool.linen": "flax",
+    "jaxpool.eqx": "equinox",
+    "jaxpool.keras": "keras",
+}
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(jaxpool.__path__, "jaxpool."))
 
@@ -30,12 +35,13 @@ def test_docstring_examples(name):
     if name in (
         "jaxpool._ops",
         "jaxpool.reference",
+        "jaxpool.tf",
         *OPTIONAL,
     ):
         assert result.attempted > 0, f"{name} lost its examples"
 
 
-PUBLIC = ["jaxpool", "jaxpool.reference", "jaxpool.verify", *OPTIONAL]
+PUBLIC = ["jaxpool", "jaxpool.reference", "jaxpool.verify", "jaxpool.tf", *OPTIONAL]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jaxpool
+from jaxpool import tf
 
 FWD = "max_pool3d_with_argmax"
 BWD = "max_pool3d_with_argmax_backward"
@@ -626,7 +627,194 @@ def _fractional_cases():
     )
 
 
-FAMILY = [*_pool_cases(), *_adaptive_cases(), *_unpool_cases(), *_fractional_cases()]
+def _tf_cases():
+    """jaxpool.tf: TensorFlow's argument forms and names."""
+    fwd, bwd, unpool = (
+        tf.max_pool_with_argmax,
+        tf.max_pool_grad_with_argmax,
+        tf.max_unpool,
+    )
+    name, bname, uname = fwd.__name__, bwd.__name__, unpool.__name__
+    x = jnp.zeros((2, 5, 6, 3))
+    out = jnp.zeros((2, 2, 3, 3))
+    idx = out.astype(jnp.int32)
+    window = (2, 2, "VALID")
+    for args, kwargs, exc, pattern in [
+        (
+            (2, 2, "VALID"),
+            dict(data_format="NCHW"),
+            ValueError,
+            r"`data_format` must be 'NHWC', got 'NCHW'",
+        ),
+        (
+            ([2, 2, 2], 2, "VALID"),
+            {},
+            ValueError,
+            r"`ksize` must be an int or a sequence of 1, 2 or 4 ints, got \[2, 2, 2\]",
+        ),
+        ((0, 2, "VALID"), {}, ValueError, r"`ksize` must be positive, got ksize=0"),
+        ((2.0, 2, "VALID"), {}, TypeError, r"`ksize` must contain ints, got 2.0"),
+        (("2", 2, "VALID"), {}, TypeError, r"`ksize` must contain ints, got '2'"),
+        (
+            ([2, 2, 2, 1], 2, "VALID"),
+            {},
+            ValueError,
+            r"`ksize` of 4 entries must be \[1, h, w, 1\]",
+        ),
+        (
+            (2, [1, 2, 2, 2], "VALID"),
+            {},
+            ValueError,
+            r"`strides` of 4 entries must be \[1, h, w, 1\]",
+        ),
+        (
+            (2, (2, 0), "VALID"),
+            {},
+            ValueError,
+            r"`strides` must be positive, got strides=\(2, 0\)",
+        ),
+        (
+            (2, 2, "same"),
+            {},
+            ValueError,
+            r"`padding` must be 'SAME' or 'VALID', got 'same'",
+        ),
+        (
+            (2, 2, [[0, 0], [1, 1], [1, 1], [0, 0]]),
+            {},
+            ValueError,
+            r"`padding` must be 'SAME' or 'VALID'",
+        ),
+        (
+            (6, 2, "VALID"),
+            {},
+            ValueError,
+            r"with padding='VALID' `ksize` must fit the input, got ksize=6",
+        ),
+        (
+            window,
+            dict(output_dtype="int16"),
+            TypeError,
+            r"`output_dtype` must be int32 or int64, got 'int16'",
+        ),
+        (
+            window,
+            dict(output_dtype=np.float32),
+            TypeError,
+            r"`output_dtype` must be int32 or int64",
+        ),
+        (
+            window,
+            dict(include_batch_in_index=1),
+            TypeError,
+            r"`include_batch_in_index` must be a bool, got 1",
+        ),
+        (window, dict(algorithm="fast"), ValueError, r"`algorithm` must be one of"),
+    ]:
+        yield name, partial(fwd, x, *args, **kwargs), exc, pattern
+        if (
+            "output_dtype" not in kwargs
+            and "data_format" not in kwargs
+            and "algorithm" not in kwargs
+        ):
+            yield bname, partial(bwd, x, out, idx, *args, **kwargs), exc, pattern
+    yield (
+        name,
+        partial(fwd, x[0], *window),
+        ValueError,
+        r"`input` must have 4 dimensions \(N, H, W, C\)",
+    )
+    yield (
+        name,
+        partial(fwd, x.astype(int), *window),
+        TypeError,
+        r"`input` must have a floating dtype, got int",
+    )
+    yield (
+        bname,
+        partial(bwd, x, out[:, :1], idx, *window),
+        ValueError,
+        r"`grad` must have the forward output's shape \(2, 2, 3, 3\), "
+        r"got shape \(2, 1, 3, 3\)",
+    )
+    yield (
+        bname,
+        partial(bwd, x, out, idx[..., :1], *window),
+        ValueError,
+        r"`argmax` must have the forward output's shape",
+    )
+    yield (
+        bname,
+        partial(bwd, x, out, out, *window),
+        TypeError,
+        r"`argmax` must have an integer dtype, got float32",
+    )
+    yield (
+        bname,
+        partial(bwd, x, out.astype(jnp.float16), idx, *window),
+        TypeError,
+        r"`grad` must have `input`'s dtype float32, got float16",
+    )
+    yield (
+        bname,
+        partial(bwd, x, out, idx, *window, check_indices="yes"),
+        TypeError,
+        r"`check_indices` must be a bool",
+    )
+    for size, exc, pattern in [
+        (
+            5,
+            TypeError,
+            r"`output_shape` must be a sequence of 2 ints \(or the whole shape\), "
+            r"got 5",
+        ),
+        (
+            (5, 6, 3),
+            ValueError,
+            r"`output_shape` must have 2 entries \(the spatial sizes\) or 4",
+        ),
+        ((0, 6), ValueError, r"`output_shape` must have sizes >= 1, got \(0, 6\)"),
+        ((5.0, 6), TypeError, r"`output_shape` must contain ints"),
+        (
+            (3, 5, 6, 3),
+            ValueError,
+            r"`output_shape` as a whole shape must have the batch and channel sizes",
+        ),
+    ]:
+        yield uname, partial(unpool, out, idx, size), exc, pattern
+    yield (
+        uname,
+        partial(unpool, out[0], idx[0], (5, 6)),
+        ValueError,
+        r"`values` must have 4 dimensions",
+    )
+    yield (
+        uname,
+        partial(unpool, out, idx[:1], (5, 6)),
+        ValueError,
+        r"`argmax` must have `values`' shape \(2, 2, 3, 3\)",
+    )
+    yield (
+        uname,
+        partial(unpool, out, out, (5, 6)),
+        TypeError,
+        r"`argmax` must have an integer dtype",
+    )
+    yield (
+        uname,
+        partial(unpool, idx, idx, (5, 6)),
+        TypeError,
+        r"`values` must have a floating dtype",
+    )
+
+
+FAMILY = [
+    *_pool_cases(),
+    *_adaptive_cases(),
+    *_unpool_cases(),
+    *_fractional_cases(),
+    *_tf_cases(),
+]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])

@@ -356,6 +356,7 @@ def test_equinox_layer_takes_a_key_at_call():
         ("jaxpool.nnx", "flax", "flax"),
         ("jaxpool.linen", "flax", "flax"),
         ("jaxpool.eqx", "equinox", "equinox"),
+        ("jaxpool.keras", "keras", "keras"),
     ],
 )
 def test_missing_optional_dependency_names_the_extra(

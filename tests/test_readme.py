@@ -22,6 +22,8 @@ OPTIONAL = {
     "equinox": "equinox",
     "torch": "torch",
     "torchax": "torchax",
+    "keras": "keras",
+    "tensorflow": "tensorflow",
 }
 
 
@@ -32,10 +34,17 @@ def _blocks(path: Path) -> list[str]:
 def _needs(block: str) -> set[str]:
     """The optional packages a block imports (``jaxpool.nnx`` needs flax)."""
     imported = set(re.findall(r"^\s*(?:from|import)\s+([\w.]+)", block, re.M))
-    layers = {"jaxpool.nnx": "flax", "jaxpool.linen": "flax", "jaxpool.eqx": "equinox"}
+    layers = {
+        "jaxpool.nnx": "flax",
+        "jaxpool.linen": "flax",
+        "jaxpool.eqx": "equinox",
+        "jaxpool.keras": "keras",
+    }
     needs = {OPTIONAL[m.split(".")[0]] for m in imported if m.split(".")[0] in OPTIONAL}
     for module, dep in layers.items():
-        if re.search(rf"from jaxpool import {module.split('.')[1]}\b", block):
+        if module in imported or re.search(
+            rf"from jaxpool import {module.split('.')[1]}\b", block
+        ):
             needs.add(dep)
     if "get_topology_desc(" in block and '"tpu"' in block:
         needs.add("libtpu")  # the aot extra's compile-only TPU
@@ -87,6 +96,17 @@ EXPECTATIONS = {
     "repeat": lambda ns: (
         ns["grad_x"].shape == ns["x"].shape
         and np.array_equal(np.asarray(ns["grad_x"]), np.asarray(ns["repeat"]))
+    ),
+    # docs/tensorflow.md: a SAME pool of odd sizes unpooled to its input's.
+    "decoded": lambda ns: (
+        ns["decoded"].shape == ns["x"].shape
+        and ns["pooled"].shape == (4, 23, 30, 16)
+        and ns["x_grad"].shape == ns["x"].shape
+    ),
+    "same": lambda ns: ns["same"] is True,
+    "unpooled": lambda ns: (
+        tuple(ns["unpooled"].shape) == (None, 45, 60, 16)
+        and ns["indices"].dtype == "int32"
     ),
     # The step reads its input at least once: XLA's TPU cost model, not zero.
     "tpu_bytes": lambda ns: ns["tpu_bytes"] >= ns["x"].size * 4,
