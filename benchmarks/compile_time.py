@@ -396,9 +396,24 @@ def run(target: str, chosen: list[Program], repeats: int) -> list[dict[str, Any]
     return rows
 
 
-def _mesh_rows(pattern: str, repeats: int) -> list[dict[str, Any]]:
-    """The mesh target's rows, from a child process with 8 host devices."""
-    command = [sys.executable, __file__, "--child-mesh", "--repeats", str(repeats)]
+def sizes(target: str, chosen: list[Program]) -> dict[str, int]:
+    """Each program's optimized HLO instructions, jaxpool's side alone (what
+    ``tests/test_compiled.py`` holds to :data:`BUDGETS`); the mesh's in a
+    child process of 8 host devices."""
+    if target == "mesh" and not _MESH:
+        return mesh_child(["--sizes"], "|".join(re.escape(p.name) for p in chosen))
+    found = {}
+    for program in chosen:
+        fn, args = program.jaxpool
+        executable = jax.jit(fn).trace(*_place(target, args)).lower().compile()
+        found[program.name] = instructions(executable.as_text())
+    return found
+
+
+def mesh_child(options: list[str], pattern: str) -> Any:
+    """What this script prints as the mesh target's child process (8 host
+    devices) given ``options``, parsed from its JSON."""
+    command = [sys.executable, __file__, "--child-mesh", *options]
     command += ["--programs", pattern]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -457,7 +472,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
-    parser.add_argument("--budgets", action="store_true", help=f"write {BUDGETS}")
+    parser.add_argument(
+        "--budgets", action="store_true", help=f"update the measured rows in {BUDGETS}"
+    )
+    parser.add_argument(
+        "--sizes", action="store_true", help="print jaxpool's programs' sizes alone"
+    )
     parser.add_argument("--child-mesh", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     chosen = [p for p in programs() if re.search(opts.programs, p.name)]
@@ -466,12 +486,19 @@ def main() -> None:
             jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
         )
         with jax.set_mesh(_MESH[0]):
-            print(json.dumps(run("mesh", chosen, opts.repeats)))
+            if opts.sizes:
+                print(json.dumps(sizes("mesh", chosen)))
+            else:
+                print(json.dumps(run("mesh", chosen, opts.repeats)))
+        return
+    if opts.sizes:
+        found = {t: sizes(t, chosen) for t in opts.targets.split(",")}
+        print(json.dumps(found, indent=1))
         return
     rows: list[dict[str, Any]] = []
     for target in opts.targets.split(","):
         if target == "mesh":
-            found = _mesh_rows(opts.programs, opts.repeats)
+            found = mesh_child(["--repeats", str(opts.repeats)], opts.programs)
         else:
             if target != "cpu" and (why := compiled.available(target)):
                 print(f"{target}: skipped ({why})", file=sys.stderr)
@@ -502,10 +529,13 @@ def main() -> None:
     if opts.markdown:
         opts.markdown.write_text(markdown(rows, header))
     if opts.budgets:
-        sizes = {r["target"]: {} for r in rows}
+        # The rows measured replace theirs; the rest of the file stays.
+        budgets: dict[str, dict[str, int]] = json.loads(BUDGETS.read_text())
         for r in rows:
-            sizes[r["target"]][r["program"]] = r["jaxpool_instructions"]
-        BUDGETS.write_text(json.dumps(sizes, indent=1, sort_keys=True) + "\n")
+            budgets.setdefault(r["target"], {})[r["program"]] = r[
+                "jaxpool_instructions"
+            ]
+        BUDGETS.write_text(json.dumps(budgets, indent=1, sort_keys=True) + "\n")
     print(markdown(rows, header))
 
 

@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._mesh import whole
 from ._planes import (
     _flatten,
     accumulation_dtype,
@@ -144,6 +145,7 @@ def gather_taps(
     """
     nd = spec.nd
     lead, _ = split(x.ndim, nd, spec.trail)
+    x = whole(x, range(lead, lead + nd))
     strides = row_major_strides(spec.in_size)
     first = sum(_along(r, a, nd, lead) * strides[a] for a, r in enumerate(rows))
     out_shape = with_spatial(x.shape, nd, spec.trail, spec.out_size)
@@ -238,6 +240,7 @@ def pick_windows(
     lead, _ = split(values.ndim, spec.nd, spec.trail)
     for a, row in enumerate(rows):
         pick = _rows(_take(matmul, spec.nd, a), lead, spec.trail, a)
+        values, indices = (whole(arr, (lead + a,)) for arr in (values, indices))
         values, indices = pick(values, row), pick(indices, row)
     return values, indices
 
@@ -295,7 +298,9 @@ def spread_windows(
 
     spare = values if keyed else jnp.zeros((), grads.dtype)
     for a, row in enumerate(rows):
+        grads, indices = (whole(arr, (lead + a,)) for arr in (grads, indices))
         if keyed:
+            spare = whole(spare, (lead + a,))
             grads, indices, spare = _rows(spread, lead, spec.trail, a)(
                 grads, indices, spare, row
             )

@@ -49,6 +49,13 @@ REDUCTION = "reduction"
 REDUCE = _reduce.ReduceForm(compact=False)
 COMPACT = _reduce.ReduceForm(compact=True)
 GATHERED = _reduce.ReduceForm(compact=False, gathers=True)
+# The CPU's forward of adaptive windows of two sizes without a mesh: the
+# scan's per-axis passes, each in the buffers XLA picks. Side by side with
+# the previous form (main ``26446bd``) and with GATHERED, 4x32x97x131 → 13x17
+# on 2 cores: forward 1.2 ms (before 1.1-1.3), GATHERED 1.8; the train
+# step's compile 1.3 s (before 1.9), GATHERED's 0.36 s (the performance
+# record, "2026-12-07: compile time").
+ADAPTIVE_SCAN = _scan.ScanForm(materialize=False, phases=False, read_back=True)
 # The covering reduction per stride phase, which XLA's partitioner splits
 # along a sharded spatial axis with halo exchanges: the backward of the
 # forward's own values and indices of regular windows under a mesh.
@@ -138,13 +145,15 @@ def forward_form(
     on every platform (``_reduce.staged_argmax``), each a plain reduction
     over a copy of the axis in which every window is its taps in turn: on
     the CPU too (:data:`GATHERED`: the copy a gather), which runs it faster
-    than the scan (the performance page)."""
+    than the scan (the performance page), and under a mesh compiles in a
+    sixth of the time of the copy's slices (0.17 s against 1.01 s for 96x131
+    → 13x17 over 8 devices; ``_mesh.whole``)."""
     if platform == "tpu":
         return COMPACT
+    if platform == "cpu" and any(w.starts for w in spec.axes):
+        return GATHERED if env.mesh else ADAPTIVE_SCAN
     if platform != "cpu" or env.mesh:
         return REDUCE
-    if any(w.starts for w in spec.axes):
-        return GATHERED
     phases = _scan.splits_phases(spec.axes, spec.trail)
     return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
 
@@ -202,6 +211,22 @@ def algorithm(
 # most). Larger windows take the elementwise select where they are disjoint,
 # the covering reduction where they overlap.
 DENSE_TAPS = 27
+# The most windows that cover one input element (per axis ``ceil(extent /
+# stride)``, multiplied) for which a GPU's gather of strided overlapping
+# windows is the covering sum, a gather per covering window: a k3 s2 window
+# in 3-D (8). Past that, and at stride 1 (where each covering window is the
+# whole output shifted), the covering reduction, whose program does not grow
+# with them:
+# the compile-only H200's step of 8x32x64³ k3 s2 p1 is 5 kernels and 34 MB
+# of temporaries as the covering sum, 6 and 604 MB as the reduction; of
+# 2x32x96³ k3 s1 p1 (27 covering windows) 7.6 s to compile as the sum, 0.95
+# s as the reduction, in 6 kernels instead of 18 before either.
+GPU_COVERING = 8
+
+
+def covering_windows(spec: PoolSpec) -> int:
+    """How many regular windows can cover one input element."""
+    return math.prod(-(-w.extent // w.stride) for w in spec.axes)
 
 
 def backward_form(
@@ -228,9 +253,10 @@ def backward_form(
       scatter) for the windows ``_tpu.dense`` accepts of at most
       :data:`DENSE_TAPS` taps, larger ones the elementwise select
       (:data:`GATHER`) where disjoint, else :data:`REDUCTION`; on a GPU, of
-      overlapping regular windows given the forward's values,
-      :data:`REDUCTION` (one window reduction, which XLA fuses into one
-      kernel, where the covering sum is one gather per covering window); else
+      overlapping regular windows given the forward's values, at stride 1 or
+      covered by more than :data:`GPU_COVERING` windows, :data:`REDUCTION` (one window
+      reduction, where the covering sum is one gather per covering window);
+      else
       :data:`GATHER`, XLA's covering sum;
     - the scatter: :data:`SCATTER`.
     """
@@ -249,7 +275,9 @@ def backward_form(
                 return GATHER
             return REDUCTION if regular else TPU
         if platform == "gpu" and regular and overlapping:
-            return REDUCTION
+            many = covering_windows(spec) > GPU_COVERING
+            shifted = all(w.stride == 1 for w in spec.axes)
+            return REDUCTION if many or shifted else GATHER
         return GATHER
     return SCATTER
 

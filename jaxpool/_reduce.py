@@ -47,6 +47,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ._columns import divide, empty_windows, fill_empty, per_window
+from ._mesh import whole
 from ._planes import gather_at
 from ._tpu import layout
 from ._windows import (
@@ -400,6 +401,8 @@ def stage(
 
     def read(arr: jax.Array) -> jax.Array:
         tiles = np.array_equal(positions, np.arange(arr.shape[axis]))
+        if not tiles:
+            arr = whole(arr, (axis,))
         if gathers and not tiles:
             return jnp.take(arr, positions, axis=axis).reshape(shape)
         return _read(arr, axis, positions).reshape(shape)

@@ -83,6 +83,15 @@ def _same(a: Any, b: Any) -> bool:
     )
 
 
+def _bits(a: Any, b: Any) -> bool:
+    """Equal bit for bit (a -0.0 is no 0.0)."""
+    return all(
+        np.asarray(x).dtype == np.asarray(y).dtype
+        and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
 # ----------------------------------------------------------- N, C sharding
 
 OPS = {
@@ -419,8 +428,12 @@ def standalone_scenario(algorithm: str):
 def limits_scenario(name: str, explicit: bool = False):
     """Windows whose starts are no constant shift of the output rows, on a
     sharded axis: exact, and the partitioner moves more than halos; with
-    Explicit axes, the gradient typed like the input."""
+    Explicit axes, the gradient typed like the input. Every other D plane is
+    -0.0 and the rest negative, so that many windows' maximum is -0.0, which
+    a sum over devices (a partitioned gather's) turns into 0.0."""
     x = np.random.default_rng(6).standard_normal((2, 4, 64, 16, 16)).astype(np.float32)
+    x = -np.abs(x)
+    x[:, :, ::2] = -0.0
     samples = np.random.default_rng(7).random((2, 4, 3)).astype(np.float32)
     pools = {
         "fractional": lambda x: jaxpool.fractional_max_pool3d(
@@ -430,16 +443,19 @@ def limits_scenario(name: str, explicit: bool = False):
     }
     pool = pools[name]
     step = jax.jit(jax.value_and_grad(lambda x: jnp.sum(pool(x)[0] ** 2)))
-    want = step(x)
+    forward = jax.jit(pool)
+    want, want_forward = step(x), forward(x)
     mesh = _mesh((8,), ("d",), explicit)
     sharding = NamedSharding(mesh, P(None, None, "d"))
     with jax.set_mesh(mesh):
         xs = jax.device_put(x, sharding)
         found = moves(step.lower(xs).compile().as_text())
-        got = step(xs)
+        got, got_forward = step(xs), forward(xs)
     bad = beyond_halos(found, 4 * 2 * 4 * 16 * 16, 2)
     return {
         "beyond_halos": len(bad),
+        "forward_bits": _bits(got_forward, want_forward),
+        "negative_zeros": int(np.signbit(np.asarray(want_forward[0])).sum()),
         "grad_equal": _same(got[1], want[1]),
         "grad_sharded": got[1].sharding.is_equivalent_to(sharding, 5),
     }

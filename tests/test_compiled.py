@@ -692,3 +692,72 @@ def test_tpu_ops_prints_each_op_and_both_totals(capsys):
     assert re.search(r"536\.9 \+ +134\.2  reduce-window", out), out
     assert "the rows: 671.1 MB; the cost model: 671.1 MB" in out, out
     assert tpu_ops.main(["--programs", "no such program"]) == 1
+
+
+# ------------------------------------------------------------ program sizes
+
+import compile_time  # noqa: E402
+
+SIZES_FILE = BENCHMARKS / "targets" / "program_size.json"
+SIZES = json.loads(SIZES_FILE.read_text())
+# Over the recorded counts: another jax's passes fuse a few instructions
+# differently. A program that grows with the window's volume again is many
+# times its budget (the H200's 3-D k7 s1 p3 train step held 5,354 when its
+# forward scanned the taps).
+HEADROOM = 1.1
+# The table's programs in groups that compile in similar times.
+SIZE_GROUPS = {
+    "pools 1-D 2-D": r"^[12]-D k\d s\d( p\d)?( d2)? (forward|step)$",
+    "pools 3-D": r"^3-D k\d s\d( p\d)?( d2)? (forward|step)$",
+    "adaptive": r"adaptive",
+    "fractional": r"fractional",
+    "composites": r"backward|Hessian|unpool|per-example",
+}
+
+
+def _over_budget(target: str, found: dict[str, int]) -> list[str]:
+    budgets = SIZES[target]
+    assert set(found) <= set(budgets), f"programs missing from {SIZES_FILE}"
+    return [
+        f"{name}: {n} instructions, over {budgets[name]} (+{HEADROOM - 1:.0%})"
+        for name, n in found.items()
+        if n > HEADROOM * budgets[name]
+    ]
+
+
+@pytest.mark.parametrize("group", list(SIZE_GROUPS))
+@pytest.mark.parametrize("target", ["cpu", "h200", "v5e", "mesh"])
+def test_programs_hold_their_size(target, group):
+    """Each program of ``benchmarks/compile_time.py``'s table compiles to no
+    more optimized HLO instructions than its budget: a program's size is
+    what its compile time follows, and unlike a time it is no noise."""
+    if target in ("h200", "v5e"):
+        _target(target)
+    chosen = [
+        p for p in compile_time.programs() if re.search(SIZE_GROUPS[group], p.name)
+    ]
+    assert chosen, group
+    over = _over_budget(target, compile_time.sizes(target, chosen))
+    assert not over, (
+        f"{target}: programs over their size budgets in {SIZES_FILE}: "
+        + "; ".join(over)
+        + " (if the growth is meant: compile_time.py --budgets)"
+    )
+
+
+def test_a_program_over_its_budget_is_reported():
+    """The check fails a program past its budget and its headroom, and
+    names it."""
+    name = next(iter(SIZES["cpu"]))
+    budget = SIZES["cpu"][name]
+    assert _over_budget("cpu", {name: budget}) == []
+    assert name in _over_budget("cpu", {name: int(budget * HEADROOM) + 1})[0]
+
+
+def test_size_groups_cover_the_table():
+    names = [p.name for p in compile_time.programs()]
+    for target, budgets in SIZES.items():
+        assert set(budgets) == set(names), f"{SIZES_FILE}: {target}"
+    for name in names:
+        hits = [g for g, pattern in SIZE_GROUPS.items() if re.search(pattern, name)]
+        assert len(hits) == 1, (name, hits)

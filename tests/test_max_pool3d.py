@@ -209,20 +209,27 @@ def test_vjp_residuals_are_the_indices_only(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_vjp_keeps_the_values_where_a_backward_reads_them(dtype):
-    """Where a platform's backward is the covering reduction (overlapping
-    windows: a GPU's deterministic backward on jaxlib 0.10.2), the VJP keeps
-    the forward's values beside its indices, and still never the input."""
+    """Where a platform's backward is the covering reduction (windows that
+    more than 8 windows cover: a GPU's deterministic backward on jaxlib
+    0.10.2), the VJP keeps the forward's values beside its indices, and
+    still never the input; where none is (k3 s2: 8), the indices alone."""
     x = jnp.asarray(
         make_input(np.random.default_rng(2), (1, 2, 6, 6, 6), dtype, "random")
     )
-    spec = pool_spec("t", 3, x.shape, PoolArgs(3, 2, 1))
-    reads = _policy.reads_values(spec, _policy.environment(False))
-    _, vjp = jax.vjp(lambda x: jaxpool.max_pool3d_with_argmax(x, 3, 2, 1)[0], x)
-    leaves = jax.tree_util.tree_leaves(vjp)
-    want = [jnp.dtype(dtype), jnp.int32] if reads else [jnp.int32]
-    assert [leaf.dtype for leaf in leaves] == want
-    assert all(leaf.shape == (1, 2, 3, 3, 3) for leaf in leaves)
-    assert reads == (_policy.JAXLIB < _policy.NATIVE_ATOMICS_FROM)
+    env = _policy.environment(False)
+    for stride, reads in (
+        (1, _policy.JAXLIB < _policy.NATIVE_ATOMICS_FROM),
+        (2, False),
+    ):
+        spec = pool_spec("t", 3, x.shape, PoolArgs(3, stride, 1))
+        assert _policy.reads_values(spec, env) == reads
+        pool = lambda x, s=stride: jaxpool.max_pool3d_with_argmax(x, 3, s, 1)[0]  # noqa: E731
+        _, vjp = jax.vjp(pool, x)
+        leaves = jax.tree_util.tree_leaves(vjp)
+        want = [jnp.dtype(dtype), jnp.int32] if reads else [jnp.int32]
+        assert [leaf.dtype for leaf in leaves] == want
+        out = 6 if stride == 1 else 3
+        assert all(leaf.shape == (1, 2, out, out, out) for leaf in leaves)
 
 
 @pytest.mark.parametrize("index_ct", ["float0", "int32"])

@@ -10,6 +10,7 @@ from jaxpool import _policy
 from jaxpool._args import AdaptiveArgs, FractionalArgs, PoolArgs
 from jaxpool._fractional_spec import fractional_spec
 from jaxpool._policy import (
+    ADAPTIVE_SCAN,
     COMPACT,
     GATHER,
     GATHERED,
@@ -42,6 +43,7 @@ POOLS = {
     "adaptive 12 -> 5": adaptive_spec("t", 3, SHAPE, AdaptiveArgs(5)),
     "adaptive 12 -> 4": adaptive_spec("t", 3, SHAPE, AdaptiveArgs(4)),
     "k7 s1 p3": pool_spec("t", 3, SHAPE, PoolArgs(7, 1, 3)),
+    "k3 s1 p1 1-D": pool_spec("t", 1, (2, 3, 12), PoolArgs(3, 1, 1)),
     "k4 s4": pool_spec("t", 3, SHAPE, PoolArgs(4, 4)),
     "k3 s2 p1 gather": pool_spec("t", 3, SHAPE, PoolArgs(3, 2, 1, algorithm="gather")),
     "k3 s2 p1 scatter": pool_spec(
@@ -59,9 +61,15 @@ BACKWARD = [
     # native atomics and no determinism flag is set, else the covering
     # reduction of the forward's values; the TPU's dense gather.
     ("k3 s2 p1", True, "cpu", OLD, "scatter", SCATTER),
-    ("k3 s2 p1", True, "gpu", OLD, "gather", REDUCTION),
+    ("k3 s2 p1", True, "gpu", OLD, "gather", GATHER),
     ("k3 s2 p1", True, "gpu", NEW, "scatter", SCATTER),
-    ("k3 s2 p1", True, "gpu", DETERMINISTIC, "gather", REDUCTION),
+    ("k3 s2 p1", True, "gpu", DETERMINISTIC, "gather", GATHER),
+    # Past 8 covering windows, or at stride 1, a GPU's gather is the
+    # covering reduction: one window reduction, where the covering sum is a
+    # gather per window.
+    ("k7 s1 p3", True, "gpu", OLD, "gather", REDUCTION),
+    ("k3 s1 d2", True, "gpu", DETERMINISTIC, "gather", REDUCTION),
+    ("k3 s1 p1 1-D", True, "gpu", OLD, "gather", REDUCTION),
     ("k3 s2 p1", True, "tpu", NEW, "gather", TPU),
     # Under a mesh every backward of the forward's indices is a deterministic
     # one that XLA's partitioner splits, the scatter's too (the same sum for
@@ -169,14 +177,17 @@ def test_forward_table(platform, env, form):
     assert (got.read_back, got.phases, got.materialize) == (True, True, True)
 
 
-def test_two_size_adaptive_forward_is_a_reduction_everywhere():
+def test_two_size_adaptive_forward_is_a_reduction_but_on_one_cpu():
     """Adaptive windows of two sizes are reduced one axis at a time on every
-    platform, the CPU's copies gathered (faster there than the scan), the
-    others' sliced: no gather in an accelerator's forward."""
+    platform but a CPU without a mesh (whose scan in passes runs 1.7x faster
+    than the reduction), under a mesh the CPU's copies gathered (quicker to
+    compile than the slices), the others' sliced: no gather in an
+    accelerator's forward."""
     spec = POOLS["adaptive 12 -> 5"]
-    assert _policy.forward_form(spec, "cpu", NEW) == GATHERED
+    assert _policy.forward_form(spec, "cpu", NEW) == ADAPTIVE_SCAN
     assert _policy.forward_form(spec, "gpu", NEW) == REDUCE
-    assert _policy.forward_form(spec, "cpu", MESH) == REDUCE
+    assert _policy.forward_form(spec, "cpu", MESH) == GATHERED
+    assert _policy.forward_form(spec, "gpu", MESH) == REDUCE
     assert _policy.forward_form(spec, "tpu", NEW) == COMPACT
 
 
