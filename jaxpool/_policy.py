@@ -45,17 +45,11 @@ PARTITIONED = "partitioned"
 REDUCTION = "reduction"
 # The forward as one variadic window reduction (``_reduce``): with flat codes
 # (GPU, and every platform under a mesh), with the TPU's compact ones, and
-# the CPU's form of adaptive windows of two sizes (their copies gathered).
+# the CPU's form of adaptive windows of two sizes under a mesh (their copies
+# gathered).
 REDUCE = _reduce.ReduceForm(compact=False)
 COMPACT = _reduce.ReduceForm(compact=True)
 GATHERED = _reduce.ReduceForm(compact=False, gathers=True)
-# The CPU's forward of adaptive windows of two sizes without a mesh: the
-# scan's per-axis passes, each in the buffers XLA picks. Side by side with
-# the previous form (main ``26446bd``) and with GATHERED, 4x32x97x131 → 13x17
-# on 2 cores: forward 1.2 ms (before 1.1-1.3), GATHERED 1.8; the train
-# step's compile 1.3 s (before 1.9), GATHERED's 0.36 s (the performance
-# record, "2026-12-07: compile time").
-ADAPTIVE_SCAN = _scan.ScanForm(materialize=False, phases=False, read_back=True)
 # The covering reduction per stride phase, which XLA's partitioner splits
 # along a sharded spatial axis with halo exchanges: the backward of the
 # forward's own values and indices of regular windows under a mesh.
@@ -142,18 +136,19 @@ def forward_form(
     flat ones (:data:`REDUCE`), which XLA fuses with their iotas into one
     kernel and its partitioner splits along a sharded spatial axis with halo
     exchanges. Adaptive windows of two sizes are reduced one axis at a time
-    on every platform (``_reduce.staged_argmax``), each a plain reduction
-    over a copy of the axis in which every window is its taps in turn: on
-    the CPU too (:data:`GATHERED`: the copy a gather), which runs it faster
-    than the scan (the performance page), and under a mesh compiles in a
-    sixth of the time of the copy's slices (0.17 s against 1.01 s for 96x131
-    → 13x17 over 8 devices; ``_mesh.whole``)."""
+    there (``_reduce.staged_argmax``), each a plain reduction over a copy of
+    the axis in which every window is its taps in turn; the CPU's copy under
+    a mesh a gather (:data:`GATHERED`), which compiles in a sixth of the time
+    of the copy's slices (0.17 s against 1.01 s for 96x131 → 13x17 over 8
+    devices; ``_mesh.whole``). A CPU without a mesh scans them in passes:
+    1.7x faster than the gathered reduction (the performance record,
+    "2026-12-07: compile time")."""
     if platform == "tpu":
         return COMPACT
-    if platform == "cpu" and any(w.starts for w in spec.axes):
-        return GATHERED if env.mesh else ADAPTIVE_SCAN
-    if platform != "cpu" or env.mesh:
+    if platform != "cpu":
         return REDUCE
+    if env.mesh:
+        return GATHERED if any(w.starts for w in spec.axes) else REDUCE
     phases = _scan.splits_phases(spec.axes, spec.trail)
     return _scan.ScanForm(materialize=True, phases=phases, read_back=True)
 

@@ -210,8 +210,8 @@ def window_argmax(
       spec: the pool.
       compact: the TPU's narrow codes (:func:`codes`), else flat positions.
       sharding: of the arrays built here (see ``_mesh.plane_sharding``).
-      gathers: adaptive windows of two sizes read by a gather (CPU and GPU
-        without a mesh), else by slices (:func:`stage`).
+      gathers: adaptive windows of two sizes read by a gather (the CPU's
+        form under a mesh), else by slices (:func:`stage`).
 
     Returns:
       ``(values, indices)``, each ``(*B, *O, *T)``; values in ``x.dtype``,
@@ -399,11 +399,13 @@ def stage(
     positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
     shape = (*values.shape[:axis], w.out, w.taps, *values.shape[axis + 1 :])
 
+    tiles = np.array_equal(positions, np.arange(values.shape[axis]))
+
     def read(arr: jax.Array) -> jax.Array:
-        tiles = np.array_equal(positions, np.arange(arr.shape[axis]))
-        if not tiles:
-            arr = whole(arr, (axis,))
-        if gathers and not tiles:
+        if tiles:
+            return arr.reshape(shape)
+        arr = whole(arr, (axis,))
+        if gathers:
             return jnp.take(arr, positions, axis=axis).reshape(shape)
         return _read(arr, axis, positions).reshape(shape)
 

@@ -118,9 +118,7 @@ def window_argmax(
     best, index = _source(x, axes, lead, phased, pad_taps, form), None
     for group in plan:
         if axes[group[0]].starts:
-            values, chosen = _two_size_pass(
-                best, index, axes, group[0], lead, sharding, form.materialize
-            )
+            values, chosen = _two_size_pass(best, index, axes, group[0], lead, sharding)
         else:
             values, chosen = _pass(
                 best, index, axes, group, lead, phased, pad_taps, sharding
@@ -297,16 +295,13 @@ def _two_size_pass(
     a: int,
     lead: int,
     sharding: Any,
-    keep: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """A pass along axis ``a`` of adaptive windows, which take at most two sizes
     (``small`` and ``small + 1``): the best ``(value, flat index)`` of every
     window of ``small`` taps starting anywhere along the axis (a running max,
     one tap at a time), extended by one tap for the windows of the larger size,
     then each output's window picked by its start: one selection per axis
-    instead of one gather per tap. With ``keep`` (XLA:CPU, which would fuse
-    the running max into every row the selection picks and compute it again
-    for each) the running max is computed into buffers of its own first.
+    instead of one gather per tap.
 
     Every adaptive window holds at least one element, and its first tap (the
     start) begins the scan; ``best`` and ``index`` are as in :func:`_pass`.
@@ -349,8 +344,6 @@ def _two_size_pass(
         values = jnp.concatenate([values, extended[0]], axis=axis)
         chosen = jnp.concatenate([chosen, extended[1]], axis=axis)
         pick = np.where(sizes == small, starts, count + starts)
-    if keep:
-        values, chosen = materialize(values, best), materialize(chosen, best)
     return _select(values, pick, axis), _select(chosen, pick, axis)
 
 
