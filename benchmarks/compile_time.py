@@ -476,6 +476,11 @@ def main() -> None:
         "--budgets", action="store_true", help=f"update the measured rows in {BUDGETS}"
     )
     parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="the measured rows replace theirs in --json's file; the rest stay",
+    )
+    parser.add_argument(
         "--sizes", action="store_true", help="print jaxpool's programs' sizes alone"
     )
     parser.add_argument("--child-mesh", action="store_true", help=argparse.SUPPRESS)
@@ -524,6 +529,16 @@ def main() -> None:
         f"{FLOOR} s. The h200 and v5e targets are compile-only: compile "
         "times, not run times."
     )
+    if opts.merge and opts.json and opts.json.exists():
+        before = json.loads(opts.json.read_text())
+        fresh = {(r["target"], r["program"]): r for r in rows}
+        header = (
+            f"{before['header']} Rerun {today} (`--programs '{opts.programs}' "
+            f"--targets {opts.targets}`): {len(fresh)} rows."
+        )
+        old = before["rows"]  # in their order, the measured ones replaced
+        rows = [fresh.pop((r["target"], r["program"]), r) for r in old]
+        rows += fresh.values()
     if opts.json:
         opts.json.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     if opts.markdown:

@@ -8,8 +8,10 @@ kernel's (``T``: the channels of a channels-last array); the samples are one
 ``(N, C, nd)`` row per ``(n, c)`` plane. The forward's forms, which
 ``_platform`` picks per platform:
 
-- :func:`gather_taps`: a running max/argmax over the taps in row-major order,
-  each tap one element gather per axis;
+- :func:`gather_taps`: one axis at a time from the last, a running
+  max/argmax over the axis's taps: along the last axis over every window,
+  whose starts are then picked, along the others each tap whole rows picked
+  by a gather;
 - :func:`pick_windows`: the windows of the stride-1 pool of the same kernel
   (``FractionalSpec.every_window``, jaxpool's own pool forward) picked at the
   starts, one axis at a time, whole rows at once: by a gather
@@ -62,7 +64,6 @@ from ._windows import (
     FractionalSpec,
     row_major_strides,
     split,
-    with_spatial,
 )
 
 # (exponent bits, mantissa bits) of the 16-bit floats: PyTorch's c10::Half and
@@ -138,35 +139,50 @@ def gather_taps(
     """``(values, indices)`` of the windows that start at ``rows`` (see
     :func:`axis_starts`) over ``x`` ``(*B, *S, *T)``.
 
-    A running max/argmax over the taps in row-major order, from (``-inf``, the
-    first tap), replacing the best when ``value > best`` or ``value`` is NaN:
-    PyTorch's rule. Each tap is one element gather per axis, shared by the
-    later axes' taps.
+    Separable, one spatial axis at a time from the last, each a running
+    max/argmax over the axis's taps, from the first, the tap replacing the
+    best when its value is greater or NaN. Within a window the later axes are
+    reduced first, so this picks what a scan of the window's taps in
+    row-major order picks (PyTorch's rule): the first maximum, the last NaN,
+    a window of ``-inf`` at its first element. Along the last axis, whose
+    element gathers are the slowest to read, the scan runs over every window
+    (slices of the whole axis) and the starts are picked from it; along each
+    other axis each tap is one pick of whole rows (:func:`take_rows`) of the
+    values and of the indices chosen so far. The program holds
+    ``sum(kernel_size)`` taps, not their product.
     """
     nd = spec.nd
     lead, _ = split(x.ndim, nd, spec.trail)
     x = whole(x, range(lead, lead + nd))
     strides = row_major_strides(spec.in_size)
-    first = sum(_along(r, a, nd, lead) * strides[a] for a, r in enumerate(rows))
-    out_shape = with_spatial(x.shape, nd, spec.trail, spec.out_size)
-    state = [
-        jnp.full(out_shape, -jnp.inf, x.dtype),
-        jnp.broadcast_to(first, out_shape).astype(jnp.int32),
-    ]
+    axis, k = lead + nd - 1, spec.kernel_size[-1]
+    size = spec.in_size[-1] - k + 1  # the windows along the last axis
+    here = lax.broadcasted_iota(jnp.int32, (size,) + (1,) * (x.ndim - axis - 1), 0)
 
-    def scan(value: jax.Array, flat: Any, a: int) -> None:
-        if a == nd:  # one tap: the value at it, for every window
-            best, arg = state
-            take = (value > best) | jnp.isnan(value)
-            state[:] = jnp.where(take, value, best), jnp.where(take, flat, arg)
-            return
+    def slide(j: int) -> tuple[jax.Array, jax.Array]:
+        value = lax.slice_in_dim(x, j, j + size, axis=axis)
+        return value, jnp.broadcast_to(here + j, value.shape)
+
+    every = functools.reduce(_running, [slide(j) for j in range(k)])
+    pick = _rows(take_rows, lead, spec.trail, nd - 1)
+    best = pick(every[0], rows[-1]), pick(every[1], rows[-1])
+    for a in reversed(range(nd - 1)):
+        pick = _rows(take_rows, lead, spec.trail, a)
+        taps = []
         for j in range(spec.kernel_size[a]):
-            position = _along(rows[a], a, nd, lead) + j
-            gathered = jnp.take_along_axis(value, position, axis=lead + a)
-            scan(gathered, flat + position * strides[a], a + 1)
+            flat = _along(rows[a] + j, a, nd, lead) * strides[a]
+            taps.append((pick(best[0], rows[a] + j), pick(best[1], rows[a] + j) + flat))
+        best = functools.reduce(_running, taps)
+    return best
 
-    scan(x, 0, 0)
-    return state[0], state[1]
+
+def _running(
+    best: tuple[jax.Array, jax.Array], tap: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    """One step of the running max/argmax: the tap replaces the best when its
+    value is greater or NaN."""
+    take = (tap[0] > best[0]) | jnp.isnan(tap[0])
+    return jnp.where(take, tap[0], best[0]), jnp.where(take, tap[1], best[1])
 
 
 def _rows(fn: Any, lead: int, trail: int, a: int) -> Any:

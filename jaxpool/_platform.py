@@ -197,9 +197,10 @@ def fractional_forward(
 ) -> tuple[jax.Array, jax.Array]:
     """The fractional forward's ``(values, indices)`` of the windows that
     start at ``rows`` (``_fractional.axis_starts``), in each platform's form
-    (``_policy.fractional_forward_form``): each tap read by element gathers,
-    or the stride-1 pool of the same kernel (:func:`forward`, in the
-    platform's form) with the windows picked at the starts by whole rows."""
+    (``_policy.fractional_forward_form``): a running max one axis at a time
+    (``_fractional.gather_taps``), or the stride-1 pool of the same kernel
+    (:func:`forward`, in the platform's form) with the windows picked at the
+    starts by whole rows."""
     if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
         return auto(lambda x, rows: fractional_forward(x, rows, spec))(x, rows)
 

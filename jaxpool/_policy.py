@@ -54,8 +54,9 @@ GATHERED = _reduce.ReduceForm(compact=False, gathers=True)
 # along a sharded spatial axis with halo exchanges: the backward of the
 # forward's own values and indices of regular windows under a mesh.
 PARTITIONED_REDUCTION = "partitioned reduction"
-# The fractional forward's forms: each tap read by element gathers, or the
-# windows of the stride-1 pool picked by whole rows, with a gather or (on a
+# The fractional forward's forms: a running max one axis at a time, each tap
+# a gather of whole rows, or the windows of the stride-1 pool picked by whole
+# rows, with a gather or (on a
 # TPU) one-hot matmuls; the deterministic backward's picks are the same
 # (``_fractional``).
 TAPS, ROWS, MATMUL = "taps", "rows", "matmul"
@@ -328,8 +329,9 @@ def fractional_algorithm(
 
 
 def fractional_forward_form(platform: str) -> str:
-    """The fractional forward's form: :data:`TAPS` on CPU (each tap read by
-    element gathers); the windows of the stride-1 pool picked by whole rows
+    """The fractional forward's form: :data:`TAPS` on CPU (a running max one
+    axis at a time, each tap a pick of whole rows; ``_fractional.gather_taps``);
+    the windows of the stride-1 pool picked by whole rows
     on a GPU (:data:`ROWS`) and by one-hot matmuls on a TPU
     (:data:`MATMUL`)."""
     return {"cpu": TAPS, "tpu": MATMUL}.get(platform, ROWS)

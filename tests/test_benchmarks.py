@@ -171,3 +171,23 @@ def test_gpu_check_runs_dry(tmp_path):
     facts = json.loads((out / "compiled.json").read_text())["rows"]
     pallas = [r for r in facts if r["program"].endswith("pallas")]
     assert pallas and all(r["compiled"] and r["triton"] for r in pallas), pallas
+
+
+def test_side_by_side_compares_a_revision_with_the_working_tree():
+    """The tree against its own HEAD: a row with both timings and compile
+    times (the script fails where the two trees' outputs differ)."""
+    run = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARKS / "side_by_side.py"), "--rev", "HEAD"),
+            *("--cases", "8x16x32²", "--step", "--reps", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if "before" in line]
+    assert len(rows) == 2 and "train steps" in rows[0], run.stdout
+    assert re.search(
+        r"fractional 8x16x32² .* now .* \(\d+\.\d\dx\); compiled in", rows[1]
+    )
