@@ -4,14 +4,15 @@ Kernels are plain functions of arrays and a spec, plus a static *form*: which
 of their variants XLA should get. For each kernel this module asks the policy
 (``_policy``: pure functions of the spec, the platform and the environment)
 which form runs on each platform, and emits them through :func:`by_platform`,
-jaxpool's only use of ``lax.platform_dependent``. The mesh helpers
+which traces a platform's form only when the program is lowered for it
+(``_lazy``), or under a mesh through ``lax.platform_dependent``. The mesh helpers
 (``_mesh``) say whether a mesh is in context and what the arrays a kernel
 creates are sharded like; the seam hands their answer to the kernels, which
 never ask. A new kernel is a new module, a rule in the policy and an entry
 here.
 
 The implementation (``implementation=``) is decided at trace time and never
-inside ``lax.platform_dependent``: a multi-platform ``jax.export`` lowers
+in a platform's branch: a multi-platform ``jax.export`` lowers
 every branch for every platform, and a Pallas GPU kernel cannot be lowered
 for a CPU.
 """
@@ -23,9 +24,20 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
-from . import _backward, _fractional, _pallas, _planes, _policy, _reduce, _scan, _tpu
+from . import (
+    _backward,
+    _fractional,
+    _lazy,
+    _pallas,
+    _planes,
+    _policy,
+    _reduce,
+    _scan,
+    _tpu,
+)
 from ._mesh import (
     auto_axes_for,
     mesh_size,
@@ -45,7 +57,7 @@ from ._policy import (
     TAPS,
     TPU,
 )
-from ._windows import FractionalSpec, PoolSpec
+from ._windows import FractionalSpec, PoolSpec, with_spatial
 
 Form = TypeVar("Form")
 
@@ -56,17 +68,33 @@ def by_platform(
     cpu: Form,
     default: Form,
     tpu: Form | None = None,
+    out: Any,
 ) -> Any:
     """``emit(form)(*args)`` with the form of the platform the program is
     lowered for: ``cpu`` on CPU, ``tpu`` on a TPU (``default`` when not
-    given), ``default`` elsewhere. One program when the forms are the same;
-    otherwise ``lax.platform_dependent`` (lowering for one platform emits that
-    platform's form alone)."""
+    given), ``default`` elsewhere; ``out``: the outputs' shapes and dtypes
+    (a pytree of ``jax.ShapeDtypeStruct``). One program when the forms are
+    the same; otherwise each form traced only when the program is lowered
+    for its platform (``_lazy``), or, under a mesh, whose context the forms
+    read, ``lax.platform_dependent``, which traces them all."""
     forms = {"cpu": cpu, "tpu": default if tpu is None else tpu}
-    branches = {name: emit(f) for name, f in forms.items() if f != default}
-    if not branches:
+    if all(f == default for f in forms.values()):
         return emit(default)(*args)
-    return lax.platform_dependent(*args, **branches, default=emit(default))
+    leaves, tree = jax.tree.flatten(args)
+    if not jax.sharding.get_abstract_mesh().empty or any(map(under_mesh, leaves)):
+        branches = {name: emit(f) for name, f in forms.items() if f != default}
+        return lax.platform_dependent(*args, **branches, default=emit(default))
+    shapes, shaped = jax.tree.flatten(out)
+
+    def flat(form: Form) -> _lazy.Form:
+        def run(*arrays: jax.Array) -> list[jax.Array]:
+            return jax.tree.leaves(emit(form)(*jax.tree.unflatten(tree, arrays)))
+
+        return run
+
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    lazy = _lazy.Forms(flat(forms["cpu"]), flat(forms["tpu"]), flat(default), x64)
+    return jax.tree.unflatten(shaped, _lazy.platform_dependent(lazy, leaves, shapes))
 
 
 def _per_platform(choose: Callable[[str], Form]) -> dict[str, Form]:
@@ -81,13 +109,14 @@ def _emit(
     choose: Callable[[str], Form],
     platform: str | None,
     *args: Any,
+    out: Any,
 ) -> Any:
     """``by_platform`` over the forms ``choose`` gives each platform, or, in a
     branch already emitted for ``platform`` (a kernel that calls another),
     that platform's form alone: each platform's branch would otherwise trace
     every platform's form again."""
     if platform is None:
-        return by_platform(emit, *args, **_per_platform(choose))
+        return by_platform(emit, *args, **_per_platform(choose), out=out)
     return emit(choose(platform))(*args)
 
 
@@ -99,9 +128,14 @@ def forward(
     if auto := auto_axes_for(x, spec.nd, spec.trail, 2):  # see _mesh
         return auto(lambda x: forward(x, spec, platform))(x)
     env = _policy.environment(under_mesh(x))
+    pooled = _pooled(x, spec)
     if _policy.implementation(spec, "forward", env) == "pallas":
         return by_platform(
-            _pallas.form(_pallas.forward, spec), x, cpu=True, default=False
+            _pallas.form(_pallas.forward, spec),
+            x,
+            cpu=True,
+            default=False,
+            out=pooled,
         )
     sharding = plane_sharding(x, spec.nd, spec.trail, spec.nd)
 
@@ -119,7 +153,16 @@ def forward(
             _scan.window_argmax, spec=spec, form=form, sharding=sharding
         )
 
-    return _emit(emit, lambda p: _policy.forward_form(spec, p, env), platform, x)
+    choose = lambda p: _policy.forward_form(spec, p, env)  # noqa: E731
+    return _emit(emit, choose, platform, x, out=pooled)
+
+
+def _pooled(
+    x: jax.Array, spec: PoolSpec | FractionalSpec
+) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+    """The shapes and dtypes of a forward's ``(values, indices)``."""
+    shape = with_spatial(x.shape, spec.nd, spec.trail, spec.out_size)
+    return jax.ShapeDtypeStruct(shape, x.dtype), jax.ShapeDtypeStruct(shape, jnp.int32)
 
 
 def backward(
@@ -162,7 +205,9 @@ def backward(
             return lambda g, i, *_: scattered(g, i)
         if form == PALLAS:
             pallas = _pallas.form(_pallas.gather_sum, spec, x)
-            return lambda g, i, *_: by_platform(pallas, g, i, cpu=True, default=False)
+            return lambda g, i, *_: by_platform(
+                pallas, g, i, cpu=True, default=False, out=x
+            )
         # The algorithm is not the kernel's: the VJP and the "gather" op share
         # one trace.
         kernel_spec = spec._replace(algorithm="auto")
@@ -185,7 +230,7 @@ def backward(
     operands = (
         (grad_output, indices) if values is None else (grad_output, indices, values)
     )
-    return _emit(emit, choose, platform, *operands)
+    return _emit(emit, choose, platform, *operands, out=x)
 
 
 _gather_sum = traced_once(_backward.gather_sum, (2, 3, 4, 5))
@@ -218,7 +263,7 @@ def fractional_forward(
 
     # Each form names its platform, whose stride-1 pool it calls.
     forms = _per_platform(lambda p: (_policy.fractional_forward_form(p), p))
-    return by_platform(emit, x, rows, **forms)
+    return by_platform(emit, x, rows, **forms, out=_pooled(x, spec))
 
 
 def fractional_backward(
@@ -276,7 +321,8 @@ def fractional_backward(
         lambda p: (*_policy.fractional_backward_form(spec, p, spread, env), p)
     )
     more = (values,) if keyed else ()
-    return by_platform(emit, grad_output, indices, *more, *(rows or ()), **forms)
+    operands = (grad_output, indices, *more, *(rows or ()))
+    return by_platform(emit, *operands, **forms, out=x)
 
 
 def unpool(
@@ -330,4 +376,4 @@ def scatter(updates: jax.Array, indices: jax.Array, **kernel: Any) -> jax.Array:
         )
 
     forms = _per_platform(lambda p: _policy.flat_scatter(x.shape, p, env))
-    return by_platform(emit, updates, indices, **forms)
+    return by_platform(emit, updates, indices, **forms, out=x)

@@ -210,15 +210,20 @@ def test_flat_form_is_chosen_only_below_the_limit(monkeypatch, retrace):
     )
 
     def forms(shape):
+        """The forms built when the program is lowered for every platform
+        (each is traced only then: ``_lazy``)."""
         built.clear()
         g = jnp.zeros((*shape[:2], shape[2] - 1, shape[3] - 1))
         x = jax.ShapeDtypeStruct(shape, jnp.float32)
-        jax.eval_shape(
-            lambda g: jaxpool.max_pool2d_with_argmax_backward(
-                g, x, g.astype(jnp.int32), 2, 1
+        jax.export.export(
+            jax.jit(
+                lambda g: jaxpool.max_pool2d_with_argmax_backward(
+                    g, x, g.astype(jnp.int32), 2, 1
+                )
             ),
-            g,
-        )
+            platforms=["cpu", "tpu", "cuda"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.platform()],
+        )(g)
         return set(built)
 
     assert forms((2, 2, 3, 3)) == {True, False}  # 36 elements: flat on CPU

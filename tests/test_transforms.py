@@ -420,7 +420,9 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
     is traced once. The deterministic backward's kernels likewise: each
     platform's covering sum once, the VJP's (on a GPU, and under a mesh, the
     covering reduction of the forward's values) and the "gather" op's (which
-    has no values) each once."""
+    has no values) each once. Without a mesh no platform's form is traced
+    until the program is lowered (``_lazy``): here for every platform, by a
+    ``jax.export`` to all three."""
     traced = []
 
     def counting(kernel, name):
@@ -447,6 +449,10 @@ def test_grad_traces_each_platforms_kernels_once(monkeypatch, mesh):
     x = jnp.zeros((2, 4, 9, 9))
     if mesh is None:
         jax.jit(f).trace(x)
+        assert [t[0] for t in traced] == ["forward"], traced
+        every = ["cpu", "tpu", "cuda"]
+        checks = [jax.export.DisabledSafetyCheck.platform()]
+        jax.export.export(jax.jit(f), platforms=every, disabled_checks=checks)(x)
     else:
         devices = np.array(jax.devices()[:1])
         axis = jax.sharding.AxisType.Explicit
