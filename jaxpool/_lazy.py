@@ -120,7 +120,10 @@ def _lower(ctx: Any, *args: Any, forms: Forms, out: Any, linear: Any) -> Any:
         return mlir.lower_fun(form, multiple_results=True)(ctx, *args)
 
 
-mlir.register_lowering(_p, _lower, cacheable=False)
+# Cached per module by the equation (the forms compare by identity): a kernel
+# call that a program holds twice (one jaxpr from the jit cache, in two
+# places) is traced and lowered once.
+mlir.register_lowering(_p, _lower)
 
 
 def _batch(args: Any, dims: Any, *, forms: Forms, out: Any, linear: Any) -> Any:
