@@ -24,7 +24,8 @@ of code (:class:`Codes`):
   of their codes' difference, wrapped to ``bits`` bits, is their row-major
   order (a 3x3x3 window: 7 bits, int8): one subtraction and a shift in the
   reducer, whose size XLA's TPU compiler is slow over. The padding's code,
-  -1, comes after every position. The chosen code and the window's first
+  -1, comes after every position (tap numbers with no padding before any
+  window use 0, tap 0, and no select on it). The chosen code and the window's first
   tap give the flat index.
 
 Windows with no in-bounds tap (dilation) get PyTorch's index after the
@@ -234,11 +235,17 @@ def window_argmax(
         dims[lead + a], steps[lead + a] = w.taps, w.stride
         dilation[lead + a], pads[lead + a] = w.dilation, (low, high)
     code = _code_array(source.shape, spec, lead, first, c, sharding)
-    padding = INT32_MAX if c.kind == "flat" else -1
+    # The padding's code, which only a -inf ties with: past every flat
+    # position; for compact codes -1, which the reducer orders after every
+    # other, except tap numbers with no padding before any window, where
+    # code 0 (tap 0, in bounds) is already the first (the select costs XLA's
+    # TPU compiler a third of the reduction's compile time).
+    ordered = c.kind == "taps" and all(low == 0 for low, _ in pads)
+    padding = INT32_MAX if c.kind == "flat" else 0 if ordered else -1
     values, chosen = lax.reduce_window(
         (source, code),
         (jnp.array(-jnp.inf, x.dtype), jnp.array(padding, c.dtype)),
-        _pick(c.bits, c.kind != "flat"),
+        _pick(c.bits, c.kind != "flat" and not ordered),
         dims,
         steps,
         pads,

@@ -25,6 +25,7 @@ from helpers import (
     make_input,
     make_planes,
     platform_forms,
+    pool_oracle,
     rng_for,
 )
 
@@ -59,6 +60,25 @@ def test_every_code_width_chooses_as_the_scan(name):
     values, indices = jaxpool.max_pool3d_with_argmax(x, *args)  # the TPU form
     with platform_forms("cpu"):
         want = jaxpool.max_pool3d_with_argmax(x, *args)
+    assert_same(values, want[0], "values")
+    assert_same(indices, want[1], "indices")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(2, 2, 0, 1, True), (2, 2, 1), (3, 2, 1, 1, True)],
+    ids=["tap codes, padded after", "tap codes, padded before", "circular codes"],
+)
+def test_windows_of_only_minus_inf_keep_their_first_tap_in_bounds(args):
+    """A window whose every element is -inf ties them with the padding: its
+    index is PyTorch's, the first tap in bounds, whether the padding comes
+    after the windows (tap codes, whose code 0 is tap 0, then need no
+    padding code) or before (tap 0 out of bounds) and for circular codes."""
+    x = np.full((2, 2, 7, 8, 9), -np.inf, np.float32)
+    x[1, 1, ::3, 1::2] = np.nan
+    x[1, 0, 2:5, 3:7, 1:4] = 1.5
+    values, indices = jaxpool.max_pool3d_with_argmax(x, *args)  # the TPU form
+    want = pool_oracle(x, 3, *args)
     assert_same(values, want[0], "values")
     assert_same(indices, want[1], "indices")
 
