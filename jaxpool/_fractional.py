@@ -335,10 +335,9 @@ def _run_sums(opens: jax.Array, sums: jax.Array, axis: int) -> jax.Array:
     interleaves the array at each level (the compile-only H200's 2-D
     fractional step of 16x64x112² → 79²: 15 kernels, not 26; its compile
     time the same within noise). A fixed order, which depends only on the
-    shapes. Where no
-    element ``2**j`` before exists, the segment opened within the last
-    ``2**j`` elements (the first element opens one), so the padding is never
-    added."""
+    shapes. Where no element ``2**j`` before exists, the segment opened
+    within the last ``2**j`` elements (the first element opens one), so the
+    padding is never added."""
     n = sums.shape[axis]
     step = 1
     while step < n:

@@ -25,8 +25,8 @@ of code (:class:`Codes`):
   order (a 3x3x3 window: 7 bits, int8): one subtraction and a shift in the
   reducer, whose size XLA's TPU compiler is slow over. The padding's code,
   -1, comes after every position (tap numbers with no padding before any
-  window use 0, tap 0, and no select on it). The chosen code and the window's first
-  tap give the flat index.
+  window use 0, tap 0, and no select on it). The chosen code and the
+  window's first tap give the flat index.
 
 Windows with no in-bounds tap (dilation) get PyTorch's index after the
 reduction. Adaptive windows of two sizes are reduced one axis at a time
@@ -236,16 +236,17 @@ def window_argmax(
         dilation[lead + a], pads[lead + a] = w.dilation, (low, high)
     code = _code_array(source.shape, spec, lead, first, c, sharding)
     # The padding's code, which only a -inf ties with: past every flat
-    # position; for compact codes -1, which the reducer orders after every
-    # other, except tap numbers with no padding before any window, where
-    # code 0 (tap 0, in bounds) is already the first (the select costs XLA's
-    # TPU compiler a third of the reduction's compile time).
-    ordered = c.kind == "taps" and all(low == 0 for low, _ in pads)
-    padding = INT32_MAX if c.kind == "flat" else 0 if ordered else -1
+    # position; for tap numbers with no padding before any window 0 (tap 0,
+    # in bounds, is the first already); else -1, a code of its own that the
+    # reducer orders after every other by a select (which costs XLA's TPU
+    # compiler a third of the reduction's compile time).
+    before = any(low for low, _ in pads)
+    own = c.kind == "circular" or (c.kind == "taps" and before)
+    padding = -1 if own else INT32_MAX if c.kind == "flat" else 0
     values, chosen = lax.reduce_window(
         (source, code),
         (jnp.array(-jnp.inf, x.dtype), jnp.array(padding, c.dtype)),
-        _pick(c.bits, c.kind != "flat" and not ordered),
+        _pick(c.bits, own),
         dims,
         steps,
         pads,
