@@ -19,9 +19,13 @@ The transformations wrap each form, lazily too:
 - transposing that one (reverse mode of a backward kernel, in a second
   derivative): each form's ``jax.linear_transpose``.
 
-The forms are traced with no mesh in context: the seam takes this path only
-where none is (under a mesh the forms mostly agree, and ``_mesh`` reads the
-context).
+The forms are traced with the abstract mesh of the call in context, which
+``_mesh`` reads (``_mesh.whole``): no mesh, or one of Auto axes, whose arrays'
+types carry no sharding, so that the outputs' shapes given are their types.
+Where a mesh's axes are Explicit or Manual the seam keeps
+``lax.platform_dependent``. Under the compile-only mesh of
+``benchmarks/compile_time.py`` a 2-D fractional train step traced in 0.27 s
+with every form, 0.01 s with its own.
 """
 
 from __future__ import annotations
@@ -43,11 +47,15 @@ class Forms:
     arrays: the CPU's, the TPU's and every other platform's. Compared by
     identity, as the primitive's parameter."""
 
-    def __init__(self, cpu: Form, tpu: Form, default: Form, x64: bool) -> None:
-        self.cpu, self.tpu, self.default, self.x64 = cpu, tpu, default, x64
+    def __init__(
+        self, cpu: Form, tpu: Form, default: Form, x64: bool, mesh: Any
+    ) -> None:
+        self.cpu, self.tpu, self.default = cpu, tpu, default
+        self.x64, self.mesh = x64, mesh
 
     def map(self, wrap: Callable[[Form], Form]) -> Forms:
-        return Forms(wrap(self.cpu), wrap(self.tpu), wrap(self.default), self.x64)
+        wrapped = (wrap(self.cpu), wrap(self.tpu), wrap(self.default))
+        return Forms(*wrapped, self.x64, self.mesh)
 
     def lowered_for(self, platforms: Sequence[str]) -> Form:
         """The form that ``platforms`` (a lowering's) run."""
@@ -87,7 +95,7 @@ def _impl(*args: Any, forms: Forms, out: Any, linear: Any) -> Any:
     del linear
     every = forms.lowered_for(("cpu", "tpu", "cuda"))
     with jax.enable_x64(forms.x64):
-        return jax.jit(_checked(every, out, forms.x64))(*args)
+        return jax.jit(_checked(every, out, forms))(*args)
 
 
 @_p.def_abstract_eval
@@ -96,13 +104,13 @@ def _abstract(*avals: Any, forms: Forms, out: Any, linear: Any) -> Any:
     return out
 
 
-def _checked(form: Form, out: Sequence[Any], x64: bool) -> Form:
-    """``form``, traced with no mesh in context and the x64 mode it was
+def _checked(form: Form, out: Sequence[Any], forms: Forms) -> Form:
+    """``form``, traced with the abstract mesh and the x64 mode its call was
     bound under, its outputs checked against ``out``."""
 
     def run(*args: jax.Array) -> list[jax.Array]:
-        empty = jax.sharding.AbstractMesh((), ())
-        with jax.sharding.use_abstract_mesh(empty), jax.enable_x64(x64):
+        mesh, x64 = forms.mesh, forms.x64
+        with jax.sharding.use_abstract_mesh(mesh), jax.enable_x64(x64):
             results = list(form(*args))
         found = [(r.shape, r.dtype) for r in results]
         if found != [(o.shape, o.dtype) for o in out]:
@@ -115,7 +123,7 @@ def _checked(form: Form, out: Sequence[Any], x64: bool) -> Form:
 def _lower(ctx: Any, *args: Any, forms: Forms, out: Any, linear: Any) -> Any:
     del linear
     platforms = ctx.platforms or ctx.module_context.platforms
-    form = _checked(forms.lowered_for(platforms), out, forms.x64)
+    form = _checked(forms.lowered_for(platforms), out, forms)
     with jax.enable_x64(forms.x64):  # the form's own lowering rules too
         return mlir.lower_fun(form, multiple_results=True)(ctx, *args)
 

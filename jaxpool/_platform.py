@@ -5,7 +5,8 @@ of their variants XLA should get. For each kernel this module asks the policy
 (``_policy``: pure functions of the spec, the platform and the environment)
 which form runs on each platform, and emits them through :func:`by_platform`,
 which traces a platform's form only when the program is lowered for it
-(``_lazy``), or under a mesh through ``lax.platform_dependent``. The mesh helpers
+(``_lazy``), or, where a mesh's axes are Explicit or Manual, through
+``lax.platform_dependent``. The mesh helpers
 (``_mesh``) say whether a mesh is in context and what the arrays a kernel
 creates are sharded like; the seam hands their answer to the kernels, which
 never ask. A new kernel is a new module, a rule in the policy and an entry
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import AxisType
 
 from . import (
     _backward,
@@ -75,13 +77,17 @@ def by_platform(
     given), ``default`` elsewhere; ``out``: the outputs' shapes and dtypes
     (a pytree of ``jax.ShapeDtypeStruct``). One program when the forms are
     the same; otherwise each form traced only when the program is lowered
-    for its platform (``_lazy``), or, under a mesh, whose context the forms
-    read, ``lax.platform_dependent``, which traces them all."""
+    for its platform (``_lazy``, under the call's mesh of Auto axes, if any:
+    the forms read it), or, where a mesh in context or in an argument's type
+    has Explicit or Manual axes (whose types the forms' outputs carry),
+    ``lax.platform_dependent``, which traces them all with the call."""
     forms = {"cpu": cpu, "tpu": default if tpu is None else tpu}
     if all(f == default for f in forms.values()):
         return emit(default)(*args)
     leaves, tree = jax.tree.flatten(args)
-    if not jax.sharding.get_abstract_mesh().empty or any(map(under_mesh, leaves)):
+    mesh = jax.sharding.get_abstract_mesh()
+    meshes = [mesh, *(jax.typeof(leaf).sharding.mesh for leaf in leaves)]
+    if any(t != AxisType.Auto for m in meshes for t in m.axis_types):
         branches = {name: emit(f) for name, f in forms.items() if f != default}
         return lax.platform_dependent(*args, **branches, default=emit(default))
     shapes, shaped = jax.tree.flatten(out)
@@ -93,7 +99,7 @@ def by_platform(
         return run
 
     x64 = bool(jax.config.read("jax_enable_x64"))
-    lazy = _lazy.Forms(flat(forms["cpu"]), flat(forms["tpu"]), flat(default), x64)
+    lazy = _lazy.Forms(flat(forms["cpu"]), flat(forms["tpu"]), flat(default), x64, mesh)
     return jax.tree.unflatten(shaped, _lazy.platform_dependent(lazy, leaves, shapes))
 
 

@@ -105,6 +105,48 @@ def test_transformations_are_the_forms_own():
     )
 
 
+@pytest.mark.parametrize("axis_type", ["Auto", "Explicit"])
+def test_under_a_mesh_the_form_is_traced_with_it(axis_type):
+    """Under a mesh of Auto axes the form is traced when the program is
+    lowered, with the mesh of the call in context (the forms read it), even
+    lowered outside it; with Explicit axes, whose types the forms' outputs
+    must carry, ``lax.platform_dependent`` traces every form with the call."""
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def emit(form: str):
+        def kernel(x):
+            seen.append((form, jax.sharding.get_abstract_mesh().axis_names))
+            return x * SCALE[form]
+
+        return kernel
+
+    def fn(x):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return _platform.by_platform(
+            emit, x, cpu="cpu", tpu="tpu", default="gpu", out=out
+        )
+
+    kind = getattr(jax.sharding.AxisType, axis_type)
+    mesh = jax.make_mesh((1,), ("planes",), axis_types=(kind,))
+    x = jnp.arange(4.0)
+    with jax.set_mesh(mesh):
+        staged = jax.jit(fn).trace(x)
+    traced_with_the_call = list(seen)
+    staged.lower()
+    if axis_type == "Auto":
+        assert traced_with_the_call == []
+        assert seen == [("cpu", ("planes",))]
+    else:
+        assert sorted(traced_with_the_call) == [
+            ("cpu", ("planes",)),
+            ("gpu", ("planes",)),
+            ("tpu", ("planes",)),
+        ]
+        assert seen == traced_with_the_call
+    with jax.set_mesh(mesh):
+        np.testing.assert_array_equal(jax.jit(fn)(x), np.arange(4.0))
+
+
 def test_a_form_shaped_unlike_its_outputs_fails_at_lowering():
     def emit(form):
         return lambda x: x[:1]
