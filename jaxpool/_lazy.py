@@ -44,7 +44,8 @@ Form = Callable[..., Sequence[jax.Array]]  # flat arrays to a flat list of array
 
 class Forms:
     """The forms of one kernel call, each of flat arrays to a flat list of
-    arrays: the CPU's, the TPU's and every other platform's. Compared by
+    arrays: the CPU's, the TPU's and every other platform's, with the x64
+    mode and the abstract mesh the call was traced under. Compared by
     identity, as the primitive's parameter."""
 
     def __init__(

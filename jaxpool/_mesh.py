@@ -58,6 +58,16 @@ def under_mesh(arr: jax.Array) -> bool:
     return not mesh.empty or not jax.typeof(arr).sharding.mesh.empty
 
 
+def only_auto_axes(arrays: Sequence[jax.Array]) -> bool:
+    """Whether the mesh in context and every mesh typed on ``arrays`` have
+    Auto axes alone (no mesh has none): there the arrays' types carry no
+    sharding, so a kernel's outputs are typed by their shapes alone and its
+    form may be traced later under the context's mesh (``_lazy``)."""
+    meshes = [jax.sharding.get_abstract_mesh()]
+    meshes += [jax.typeof(arr).sharding.mesh for arr in arrays]
+    return all(t == AxisType.Auto for mesh in meshes for t in mesh.axis_types)
+
+
 def whole(arr: jax.Array, axes: Sequence[int]) -> jax.Array:
     """``arr`` with ``axes`` whole on every device, under a mesh of Auto axes
     in context (its other axes as the partitioner likes); ``arr`` itself

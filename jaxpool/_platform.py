@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import AxisType
 
 from . import (
     _backward,
@@ -43,6 +42,7 @@ from . import (
 from ._mesh import (
     auto_axes_for,
     mesh_size,
+    only_auto_axes,
     plane_sharding,
     traced_once,
     under_mesh,
@@ -85,9 +85,7 @@ def by_platform(
     if all(f == default for f in forms.values()):
         return emit(default)(*args)
     leaves, tree = jax.tree.flatten(args)
-    mesh = jax.sharding.get_abstract_mesh()
-    meshes = [mesh, *(jax.typeof(leaf).sharding.mesh for leaf in leaves)]
-    if any(t != AxisType.Auto for m in meshes for t in m.axis_types):
+    if not only_auto_axes(leaves):
         branches = {name: emit(f) for name, f in forms.items() if f != default}
         return lax.platform_dependent(*args, **branches, default=emit(default))
     shapes, shaped = jax.tree.flatten(out)
@@ -99,6 +97,7 @@ def by_platform(
         return run
 
     x64 = bool(jax.config.read("jax_enable_x64"))
+    mesh = jax.sharding.get_abstract_mesh()
     lazy = _lazy.Forms(flat(forms["cpu"]), flat(forms["tpu"]), flat(default), x64, mesh)
     return jax.tree.unflatten(shaped, _lazy.platform_dependent(lazy, leaves, shapes))
 
