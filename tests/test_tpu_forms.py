@@ -83,6 +83,63 @@ def test_windows_of_only_minus_inf_keep_their_first_tap_in_bounds(args):
     assert_same(indices, want[1], "indices")
 
 
+@pytest.mark.parametrize(
+    "bits, codes",
+    [
+        (0, [0, 1, 2, 3]),
+        (0, [5, 6, 7]),
+        (4, [14, 15, 0, 1, 2, 3, 4]),
+        (7, [126, 127, 0]),
+    ],
+    ids=["tap numbers", "tap numbers, not from 0", "circular, wrapping", "int8"],
+)
+def test_the_reducer_is_the_scans_order_whatever_the_order_of_reduction(bits, codes):
+    """``_reduce._pick`` with a padding code: of any two candidates of one
+    window (codes within half the modulus, padding's -1 included) it keeps
+    the scan's, and its result does not depend on the order in which XLA
+    pairs them (commutative, associative): XLA:CPU reduces a window from its
+    initial value and skips the padding, so the tests that run the TPU's
+    form here never pair an element with the padding after it, as a TPU's
+    reduction may."""
+    pick = _reduce._pick(bits, True)
+    dtype = jnp.int8 if bits else jnp.int32
+    values = [-np.inf, -0.0, 0.0, 1.5, np.nan]
+    cands = [(v, c) for v in values for c in codes] + [(-np.inf, -1)]
+    n = len(cands)
+    v = np.array([c[0] for c in cands], np.float32)
+    c = np.array([c[1] for c in cands], np.int32)
+
+    def run(a, b):
+        return pick(
+            (jnp.asarray(v[a]), jnp.asarray(c[a], dtype)),
+            (jnp.asarray(v[b]), jnp.asarray(c[b], dtype)),
+        )
+
+    def scan_keeps(i, j):  # the later of two NaNs, else the greater, else the earlier
+        (vi, ci), (vj, cj) = cands[i], cands[j]
+        ci = codes.index(ci) if ci >= 0 else n  # the padding after every tap
+        cj = codes.index(cj) if cj >= 0 else n
+        if np.isnan(vi) or np.isnan(vj):
+            return i if np.isnan(vi) and (not np.isnan(vj) or ci > cj) else j
+        return i if vi > vj or (vi == vj and ci < cj) else j
+
+    a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    kept = np.array([scan_keeps(i, j) for i, j in zip(a, b, strict=True)])
+    got_v, got_c = run(a, b)
+    np.testing.assert_array_equal(np.asarray(got_c, np.int32), c[kept])
+    assert (np.asarray(got_v).view(np.int32) == v[kept].view(np.int32)).all()
+    # Commutative for two elements of a window (each has a code of its own),
+    # and associative over every triple, given it keeps the scan's of each pair.
+    distinct = c[a] != c[b]
+    swapped = np.array([scan_keeps(j, i) for i, j in zip(a, b, strict=True)])
+    np.testing.assert_array_equal(kept[distinct], swapped[distinct])
+    t = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij")).reshape(3, -1)
+    first = np.array([scan_keeps(scan_keeps(i, j), k) for i, j, k in t.T])
+    second = np.array([scan_keeps(i, scan_keeps(j, k)) for i, j, k in t.T])
+    np.testing.assert_array_equal(first, second)
+
+
 def test_code_widths_are_the_ones_named():
     """The cases above reach each width: int4 (windows that tile the axis),
     int8, int16, flat int32 (``None``)."""
