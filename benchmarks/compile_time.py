@@ -518,6 +518,7 @@ def main() -> None:
                 flush=True,
             )
         rows += found
+    measured = list(rows)
     today = datetime.date.today().isoformat()
     header = (
         f"Compile times (measured), {today}, jax {jax.__version__}, "
@@ -544,9 +545,10 @@ def main() -> None:
     if opts.markdown:
         opts.markdown.write_text(markdown(rows, header))
     if opts.budgets:
-        # The rows measured replace theirs; the rest of the file stays.
+        # The rows measured replace theirs; the rest of the file stays (not
+        # the merged table's counts, which may be older than the budgets).
         budgets: dict[str, dict[str, int]] = json.loads(BUDGETS.read_text())
-        for r in rows:
+        for r in measured:
             budgets.setdefault(r["target"], {})[r["program"]] = r[
                 "jaxpool_instructions"
             ]

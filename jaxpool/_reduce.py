@@ -28,10 +28,12 @@ of code (:class:`Codes`):
   window use 0, tap 0, and no select on it). The chosen code and the
   window's first tap give the flat index.
 
-Windows with no in-bounds tap (dilation) get PyTorch's index after the
-reduction. Adaptive windows of two sizes are reduced one axis at a time
-(:func:`staged_argmax`), each stage reducing the values and the chosen
-element's offset along the axes reduced so far.
+On a TPU, a 1-D pool of disjoint windows whose planes and axis fill whole
+rows of its tiles is reduced in those rows (:func:`_in_rows`): its compiler
+is slow over a long reduced axis. Windows with no in-bounds tap (dilation)
+get PyTorch's index after the reduction. Adaptive windows of two sizes are
+reduced one axis at a time (:func:`staged_argmax`), each stage reducing the
+values and the chosen element's offset along the axes reduced so far.
 """
 
 from __future__ import annotations
@@ -220,6 +222,9 @@ def window_argmax(
         return staged_argmax(x, spec, compact, sharding, gathers)
     axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
     c = codes(axes, compact)
+    row = layout.row_windows(x.shape, spec) if compact and sharding is None else None
+    if row is not None:
+        return _in_rows(x, spec, row)
     source, first = x, []
     ones = [1] * x.ndim
     dims, steps, dilation, pads = list(ones), list(ones), list(ones), [(0, 0)] * x.ndim
@@ -264,6 +269,30 @@ def window_argmax(
             target = target + per_window(at.astype(np.int32), lead + a, values.shape)
         index = jnp.where(hollow, target, index)
     return values, index
+
+
+def _in_rows(
+    x: jax.Array, spec: PoolSpec, row: AxisWindows
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`window_argmax` of a 1-D pool over ``(*B, C, L)`` in rows of the
+    TPU's tiles (``layout.row_windows``; ``row``: one row's windows, none of
+    which crosses into the next row): ``x`` seen as ``(*B, C / 8, rows, 8,
+    lanes)``, a bitcast on a TPU, each row pooled as a plane of its own, and
+    the results seen back as ``(*B, C, out)``, each index moved by its row's
+    offset in the plane."""
+    (w,) = spec.axes
+    count = w.size // row.size
+    *batch, planes, _ = x.shape
+    view = x.reshape(*batch, planes // layout.ROWS, layout.ROWS, count, row.size)
+    view = jnp.moveaxis(view, -2, -3)  # (*B, C / 8, rows, 8, lanes)
+    values, index = window_argmax(view, spec._replace(axes=(row,)), True)
+    r = lax.broadcasted_iota(jnp.int32, index.shape, index.ndim - 3)
+    index = index + r * row.size
+
+    def back(a: jax.Array) -> jax.Array:
+        return jnp.moveaxis(a, -2, -3).reshape(*batch, planes, w.out)
+
+    return back(values), back(index)
 
 
 def _read(x: jax.Array, axis: int, positions: np.ndarray) -> jax.Array:

@@ -694,6 +694,41 @@ def test_tpu_ops_prints_each_op_and_both_totals(capsys):
     assert tpu_ops.main(["--programs", "no such program"]) == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tpu_one_dimensional_pools_in_rows_cost_no_more_bytes(dtype, monkeypatch):
+    """A 1-D pool of disjoint windows whose planes and axis fill whole rows of
+    the TPU's tiles is reduced in those rows (``layout.row_windows``): the
+    view of the input and of the results are bitcasts (no copy, no
+    transpose), and XLA's cost model rates the forward and the train step at
+    no more bytes than the same programs reduced along the whole axis (which
+    compile several times slower: the performance record)."""
+    _target("v5e")
+    shape = (2, 16, 1280)  # 5 rows of 256 positions, 128 windows each
+
+    def programs():
+        def pool(x):
+            return jaxpool.max_pool1d_with_argmax(x, 2, 2)
+
+        def step(x):
+            return jax.grad(lambda x: jnp.sum(pool(x)[0].astype(jnp.float32) ** 2))(x)
+
+        arg = [compiled.on("v5e", shape, dtype)]
+        jax.clear_caches()
+        facts = [compiled.compile_for(f, arg, "v5e") for f in (pool, step)]
+        assert all(f["compiled"] for f in facts), facts
+        return facts
+
+    rows = programs()
+    reductions = re.findall(r"= \(\w+\[([\d,]+)\].*? reduce-window\(", rows[0]["hlo"])
+    assert reductions and all(r.endswith(",5,8,128") for r in reductions), reductions
+    for op in ("copy", "transpose"):
+        assert compiled.count_ops(rows[0]["hlo"], op) == 0, op
+    monkeypatch.setattr(layout, "row_windows", lambda shape, spec: None)
+    whole = programs()
+    for what, a, b in zip(("forward", "step"), rows, whole, strict=True):
+        assert a["bytes_accessed"] <= b["bytes_accessed"], (what, a, b)
+
+
 # ------------------------------------------------------------ program sizes
 
 import compile_time  # noqa: E402
@@ -752,6 +787,32 @@ def test_a_program_over_its_budget_is_reported():
     budget = SIZES["cpu"][name]
     assert _over_budget("cpu", {name: budget}) == []
     assert name in _over_budget("cpu", {name: int(budget * HEADROOM) + 1})[0]
+
+
+def test_budgets_take_the_measured_programs_alone(tmp_path, monkeypatch):
+    """``compile_time.py --merge --budgets`` writes the budgets of the
+    programs it measured and leaves every other one as it was: not the
+    merged table's counts, which may be older than the budgets (it once
+    wrote them over every budget of the target)."""
+    table, budgets = tmp_path / "table.json", tmp_path / "budgets.json"
+    old = {"jaxpool_s": 1, "builtin_s": 1, "ratio": 1, "builtin_instructions": 1}
+    rows = [
+        {"target": "cpu", "program": p, "jaxpool_instructions": 1, **old}
+        for p in ("1-D k2 s2 forward", "1-D k2 s2 step")
+    ]
+    table.write_text(json.dumps({"header": "a table", "rows": rows}))
+    budgets.write_text(
+        json.dumps({"cpu": {"1-D k2 s2 forward": 5, "1-D k2 s2 step": 7}})
+    )
+    monkeypatch.setattr(compile_time, "BUDGETS", budgets)
+    argv = ["--targets", "cpu", "--programs", "^1-D k2 s2 forward$", "--repeats", "1"]
+    argv += ["--json", str(table), "--merge", "--budgets"]
+    monkeypatch.setattr(sys, "argv", ["compile_time.py", *argv])
+    compile_time.main()
+    written = json.loads(budgets.read_text())["cpu"]
+    measured = json.loads(table.read_text())["rows"][0]["jaxpool_instructions"]
+    assert written == {"1-D k2 s2 forward": measured, "1-D k2 s2 step": 7}
+    assert measured > 5  # measured: neither the budget nor the table's count
 
 
 def test_size_groups_cover_the_table():

@@ -34,7 +34,7 @@ from jaxpool import _columns, _reduce
 from jaxpool._args import PoolArgs
 from jaxpool._spec import pool_spec
 from jaxpool._tpu import backward, layout
-from jaxpool._windows import AxisWindows
+from jaxpool._windows import AxisWindows, PoolSpec
 
 # Every test here runs with the TPU's forms (tests/conftest.py); the oracle
 # grids and the sweeps run them as their ``tpu`` form (tests/test_oracle.py).
@@ -148,6 +148,71 @@ def test_code_widths_are_the_ones_named():
         codes = _reduce.codes((AxisWindows(19, 4, k, s, -(k // 2)),) * 3, True)
         widths.append(None if codes.kind == "flat" else codes.dtype)
     assert widths == [jnp.int4, jnp.int8, jnp.int16, None]
+
+
+def _one_d(size: int, k: int, s: int, p: int = 0, d: int = 1) -> PoolSpec:
+    """The spec of a 1-D pool over an axis of ``size``."""
+    out = (size + 2 * p - (k - 1) * d - 1) // s + 1
+    return PoolSpec((AxisWindows(size, out, k, s, -p, d),), False, "auto")
+
+
+# 1-D pools that a TPU reduces in rows of its tiles (``layout.row_windows``):
+# (shape, dtype, (kernel, stride, padding, dilation)); make_planes stacks
+# every input kind along the first axis.
+ROW_CASES = {
+    "k2 s2, 3 rows": ((1, 8, 768), "float32", (2, 2, 0, 1)),
+    "k2 s3, circular codes, 5 rows": ((1, 16, 1920), "float32", (2, 3, 0, 1)),
+    "k2 s3 d2, dilated": ((1, 8, 1152), "float32", (2, 3, 0, 2)),
+    "k4 s4, unbatched": ((8, 1536), "float32", (4, 4, 0, 1)),
+    "k2 s2, bfloat16, 9 rows": ((1, 8, 2304), "bfloat16", (2, 2, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_one_dimensional_pools_in_rows_choose_as_the_scan(name):
+    """The TPU reduces these pools in rows of its tiles: each row a plane of
+    its own, its indices moved by the row's offset. The values, the indices
+    and the gradients are the CPU's forms', bit for bit."""
+    shape, dtype, (k, s, p, d) = ROW_CASES[name]
+    x = make_planes(rng_for("tpu-rows", name), shape, dtype)
+    assert layout.row_windows(x.shape, _one_d(x.shape[-1], k, s, p, d)) is not None
+
+    def pool(x):
+        return jaxpool.max_pool1d_with_argmax(x, k, s, p, dilation=d)
+
+    def grad(x):
+        return jax.grad(lambda x: jnp.sum(pool(x)[0].astype(jnp.float32) ** 2))(x)
+
+    found = (*pool(x), grad(x))  # the TPU forms
+    with platform_forms("cpu"):
+        want = (*pool(x), grad(x))
+    for what, a, b in zip(("values", "indices", "gradient"), found, want, strict=True):
+        assert_same(a, b, what)
+
+
+def test_rows_only_where_the_view_is_free_and_no_window_crosses_a_row():
+    """``layout.row_windows``: a row's windows where the planes fill whole
+    tiles' rows of 8, the axis whole rows of ``128 * stride`` (at least two,
+    and a number XLA's layout assignment would not take for the sublanes)
+    and no window crosses from one row into the next; else None."""
+    row = layout.row_windows((2, 8, 768), _one_d(768, 2, 2))
+    assert row == AxisWindows(256, 128, 2, 2, 0, 1)
+    assert layout.row_windows((8, 1536), _one_d(1536, 3, 3)) == AxisWindows(
+        384, 128, 3, 3, 0, 1
+    )
+    declined = {
+        "windows that overlap": ((2, 8, 768), _one_d(768, 3, 2, 1)),
+        "padding": ((2, 8, 768), _one_d(768, 2, 2, 1)),
+        "planes not whole rows of 8": ((2, 12, 768), _one_d(768, 2, 2)),
+        "one row": ((2, 8, 256), _one_d(256, 2, 2)),
+        "no whole rows": ((2, 8, 700), _one_d(700, 2, 2)),
+        "8 rows": ((2, 8, 2048), _one_d(2048, 2, 2)),
+        "a partial last window": ((2, 8, 769), _one_d(769, 2, 2)),
+        "no planes": ((768,), _one_d(768, 2, 2)),
+        "channels-last": ((2, 768, 8), _one_d(768, 2, 2)._replace(channels_last=True)),
+    }
+    for why, (shape, spec) in declined.items():
+        assert layout.row_windows(shape, spec) is None, why
 
 
 @pytest.mark.parametrize(

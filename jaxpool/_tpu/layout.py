@@ -19,7 +19,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._windows import PoolSpec, split, with_spatial
+from .._windows import AxisWindows, PoolSpec, split, with_spatial
 
 
 def code_type(bound: int) -> Any:
@@ -27,7 +27,8 @@ def code_type(bound: int) -> Any:
     return jnp.int8 if bound <= 127 else jnp.int16 if bound < 2**15 else jnp.int32
 
 
-TILE = 8 * 128  # 32-bit elements in one of a TPU's tiles
+ROWS, LANES = 8, 128  # a TPU tile's sublanes and lanes
+TILE = ROWS * LANES  # 32-bit elements in one of a TPU's tiles
 
 
 def padded(shape: tuple[int, ...]) -> int:
@@ -37,6 +38,49 @@ def padded(shape: tuple[int, ...]) -> int:
         return -(-math.prod(shape) // 128) * 128
     *major, rows, lanes = shape
     return math.prod(major) * -(-rows // 8) * 8 * -(-lanes // 128) * 128
+
+
+def row_windows(shape: tuple[int, ...], spec: PoolSpec) -> AxisWindows | None:
+    """The windows of one row where the forward's window reduction of a 1-D
+    pool over an array of ``shape`` runs in rows of the TPU's tiles
+    (``_reduce.window_argmax``), or None where it does not.
+
+    XLA's TPU compiler compiles a window reduction of two operands in time
+    that grows with the length of the reduced axis, about 1.3 ms per window
+    and tap along it (2x8x3584 k2 s2: 15 s; the builtin's one-operand pool,
+    8x16x512 k7 s1 p3, 0.19 s). A 1-D pool over ``(*B, C, L)`` whose planes
+    fill whole tiles' rows (``C`` a multiple of 8) and whose axis whole rows
+    of ``128 * stride`` positions is the same array as ``(*B, C / 8, rows, 8,
+    128 * stride)``: that view and its results' view back are bitcasts
+    (bfloat16's too), and each row pooled as a plane of its own compiles in
+    time that no longer grows with ``L`` (2x8x3584: 0.20 s), at no more
+    bytes of XLA's cost model. Not where:
+
+    - a window crosses from one row into the next (padding, or an extent
+      past the stride): reduced apart and written into the rows' results,
+      those cost 2-9x the bytes;
+    - the rows are a multiple of 8: XLA's layout assignment then takes them
+      for the tiles' sublanes in a train step and copies the input so
+      (32x64x4096 k2 s2: 541 MB against 373); rows of 2 or 4 times the
+      length instead lose the fusion of the indices into the backward's tap
+      numbers (407 MB).
+
+    The performance record's "The 1-D TPU forward in rows of its tiles"
+    gives the measurements."""
+    if spec.nd != 1 or spec.trail or len(shape) < 2:
+        return None
+    if not all(isinstance(n, int) for n in shape):  # jax.export's symbols
+        return None
+    (w,) = spec.axes
+    if w.starts or w.offset or w.extent > w.stride or w.out * w.stride != w.size:
+        return None
+    if shape[-2] % ROWS:
+        return None
+    lanes = LANES * w.stride
+    rows = w.size // lanes
+    if w.size % lanes or rows < 2 or rows % ROWS == 0:
+        return None
+    return AxisWindows(lanes, LANES, w.taps, w.stride, 0, w.dilation)
 
 
 def lane_axis(shape: tuple[int, ...]) -> int:
