@@ -220,11 +220,11 @@ def window_argmax(
     """
     if any(w.starts for w in spec.axes):
         return staged_argmax(x, spec, compact, sharding, gathers)
-    axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
-    c = codes(axes, compact)
     row = layout.row_windows(x.shape, spec) if compact and sharding is None else None
     if row is not None:
         return _in_rows(x, spec, row)
+    axes, lead = spec.axes, split(x.ndim, spec.nd, spec.trail)[0]
+    c = codes(axes, compact)
     source, first = x, []
     ones = [1] * x.ndim
     dims, steps, dilation, pads = list(ones), list(ones), list(ones), [(0, 0)] * x.ndim

@@ -152,8 +152,7 @@ def test_code_widths_are_the_ones_named():
 
 def _one_d(size: int, k: int, s: int, p: int = 0, d: int = 1) -> PoolSpec:
     """The spec of a 1-D pool over an axis of ``size``."""
-    out = (size + 2 * p - (k - 1) * d - 1) // s + 1
-    return PoolSpec((AxisWindows(size, out, k, s, -p, d),), False, "auto")
+    return pool_spec("t", 1, (8, size), PoolArgs(k, s, p, d))
 
 
 # 1-D pools that a TPU reduces in rows of its tiles (``layout.row_windows``):

@@ -35,9 +35,9 @@ def padded(shape: tuple[int, ...]) -> int:
     """Elements of a 32-bit array of ``shape`` as a TPU stores it: its two
     minor axes in tiles of 8 x 128."""
     if len(shape) < 2:
-        return -(-math.prod(shape) // 128) * 128
+        return -(-math.prod(shape) // LANES) * LANES
     *major, rows, lanes = shape
-    return math.prod(major) * -(-rows // 8) * 8 * -(-lanes // 128) * 128
+    return math.prod(major) * -(-rows // ROWS) * ROWS * -(-lanes // LANES) * LANES
 
 
 def row_windows(shape: tuple[int, ...], spec: PoolSpec) -> AxisWindows | None:
@@ -88,7 +88,7 @@ def lane_axis(shape: tuple[int, ...]) -> int:
     one that pads them least, the last of equals (v5e: 32x112²x64 and
     8x64³x32 channels-last keep W there, 32x256x28² and 4x256x40³ C; a
     row-major 8x32³x64 keeps C, as 32x64x112² keeps W)."""
-    waste = [(-(-n // 128) * 128 / max(n, 1), -a) for a, n in enumerate(shape)]
+    waste = [(-(-n // LANES) * LANES / max(n, 1), -a) for a, n in enumerate(shape)]
     return -min(waste)[1]
 
 
@@ -142,10 +142,10 @@ def plane_axes(spec: PoolSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
     rows" and "The planes on their own axes where the channels fill the
     lanes" give the measurements."""
     planes = plane_sizes(spec, shape)
-    if planes[-1] % 128 == 0:
+    if planes[-1] % LANES == 0:
         return planes
     if coded(spec) and math.prod(planes) % TILE == 0:
-        return (math.prod(planes) // 128, 128)
+        return (math.prod(planes) // LANES, LANES)
     return (math.prod(planes),)
 
 
