@@ -443,18 +443,18 @@ def test_lane_axis_is_xlas_default():
 
 @pytest.mark.parametrize("name", tpu_rules.RULES)
 def test_tpu_rules_compile_both_ways_and_report_the_rule(name):
-    """``benchmarks/tpu_rules.py``, the measure behind two rules of the TPU's
-    dense backward (``layout.coded`` at stride 1, ``layout.planes_minor`` where
-    the batch takes the lanes): its two programs are the two forms
-    (different bytes), the rule's own is named and its program is the one
-    ``"auto"`` compiles, and the rule is left as it was."""
+    """``benchmarks/tpu_rules.py``, the measure behind three rules of the TPU's
+    forms (``layout.coded`` at stride 1, ``layout.planes_minor`` where the
+    batch takes the lanes, ``layout.row_windows``): its two programs are the
+    two forms (different bytes), the rule's own is named and its program is
+    the one ``"auto"`` compiles, and the rule is left as it was."""
     _target("v5e")
     rule = tpu_rules.RULES[name]
     own = getattr(layout, rule.function)
     label, shape, window, options = rule.quick[0]
     row = tpu_rules.measure(rule, label, shape, window, options)
     assert getattr(layout, rule.function) is own
-    assert row["taken"] == rule.forms[1][0]  # tap numbers; the planes in place
+    assert row["taken"] == rule.forms[1][0]  # tap numbers; planes in place; rows
     assert row[rule.forms[0][0]] != row[rule.forms[1][0]], row
     programs = compiled.pool_programs(label, shape, *window, pallas=False, **options)
     (auto,) = _on_v5e(programs, label, "step auto")
