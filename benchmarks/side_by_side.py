@@ -60,6 +60,8 @@ CASES: dict[str, tuple[str, tuple[int, ...], tuple, dict[str, Any]]] = {
         "fractional_max_pool3d", (4, 32, 64, 64, 64), (2, 45), {}),
     "2-D adaptive 4x32x97x131 → 13x17": (
         "adaptive_max_pool2d", (4, 32, 97, 131), ((13, 17),), {}),
+    "3-D adaptive 4x16x32³ → 5x6x7": (
+        "adaptive_max_pool3d", (4, 16, 32, 32, 32), ((5, 6, 7),), {}),
     "3-D k3 s2 p1 8x32x32³": (
         "max_pool3d_with_argmax", (8, 32, 32, 32, 32), (3, 2, 1), {}),
 }  # fmt: skip

@@ -448,22 +448,15 @@ def stage(
             base_dilation=dilation,
         )
         return values, coordinate, carried, reduce
-    positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
-    shape = (*values.shape[:axis], w.out, w.taps, *values.shape[axis + 1 :])
-
-    tiles = np.array_equal(positions, np.arange(values.shape[axis]))
+    tiles = _tiles(w)
 
     def read(arr: jax.Array) -> jax.Array:
-        if tiles:
-            return arr.reshape(shape)
-        arr = whole(arr, (axis,))
-        if gathers:
-            return jnp.take(arr, positions, axis=axis).reshape(shape)
-        return _read(arr, axis, positions).reshape(shape)
+        return window_taps(arr if tiles else whole(arr, (axis,)), w, axis, gathers)
 
     values = read(values)
     if carried is not None:
         carried = read(carried)
+    shape = values.shape
     if sharding is not None:  # the taps' axis is spatial: not sharded
         spec = tuple(sharding.spec)
         parts = PartitionSpec(*spec[: axis + 1], None, *spec[axis + 1 :])
@@ -473,6 +466,32 @@ def stage(
     coordinate = jnp.minimum(first + tap, end - 1)
     reduce = functools.partial(lax.reduce, dimensions=(axis + 1,))
     return values, coordinate, carried, reduce
+
+
+def _positions(w: AxisWindows) -> np.ndarray:
+    """Every window's ``w.taps`` input positions in turn, flat."""
+    return np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
+
+
+def _tiles(w: AxisWindows) -> bool:
+    """Whether the windows ``w`` read the axis's positions in turn."""
+    return np.array_equal(_positions(w), np.arange(w.size))
+
+
+def window_taps(arr: jax.Array, w: AxisWindows, axis: int, gathers: bool) -> jax.Array:
+    """``arr`` with ``axis`` (the windows ``w``'s) read as ``(w.out,
+    w.taps)``: every window's elements in turn, a window shorter than
+    ``w.taps`` repeating its last (which changes no choice: of equal values
+    the first is kept, and a NaN read again is the one already chosen). The
+    axis itself, seen so, where the windows tile it; else a copy, a gather
+    with ``gathers`` or a concatenate of the axis's contiguous runs."""
+    shape = (*arr.shape[:axis], w.out, w.taps, *arr.shape[axis + 1 :])
+    if _tiles(w):
+        return arr.reshape(shape)
+    positions = _positions(w)
+    if gathers:
+        return jnp.take(arr, positions, axis=axis).reshape(shape)
+    return _read(arr, axis, positions).reshape(shape)
 
 
 @window_argmax.defjvp

@@ -10,6 +10,7 @@ import numpy as np
 from helpers import assert_same, require
 
 import jaxpool
+from jaxpool import reference
 
 
 def test_windows_follow_the_exact_integer_formula():
@@ -43,6 +44,25 @@ def test_integer_ratio_is_a_plain_strided_pool():
         return lowered.as_text().count('"stablehlo.gather"')
 
     assert gathers(7) == gathers((7, 6)) == 1
+
+
+def test_many_windows_of_two_sizes_are_read_from_a_copy_on_the_cpu():
+    # Along an axis of few windows (at most FEW_TAPS taps in all) the CPU
+    # picks each window by a slice (above: no gather); along one of more it
+    # scans a copy of every window's taps (test_export.py counts its
+    # gathers): 97 -> 13 holds 13 windows of up to 9 taps, 131 -> 17 17 of up
+    # to 9. The same values and indices as the oracle's, ties and a NaN too.
+    from jaxpool import _scan
+    from jaxpool._windows import adaptive_axis
+
+    taps = [adaptive_axis(n, o) for n, o in ((97, 13), (131, 17), (56, 6))]
+    assert [w.out * w.taps > _scan.FEW_TAPS for w in taps] == [True, True, False]
+    x = jax.random.normal(jax.random.key(0), (2, 3, 97, 131))
+    x = x.at[0, 1, 40:50, 60:70].set(1.0).at[1, 2, 8, 9].set(jnp.nan)
+    values, indices = jax.jit(lambda x: jaxpool.adaptive_max_pool2d(x, (13, 17)))(x)
+    want = reference.adaptive_max_pool(np.asarray(x), (13, 17))
+    assert_same(values, want[0])
+    np.testing.assert_array_equal(indices, want[1])
 
 
 def test_large_plane_beyond_float32_window_arithmetic():
