@@ -430,14 +430,19 @@ def _finite_difference(case: Case, rng: np.random.Generator) -> float:
         def f(v: Any) -> Any:
             return case.fn(v)[0] if indices is None else case.fn(v, indices)
 
-        x = jnp.asarray(x)
-        v = jnp.asarray(rng.standard_normal(x.shape))
-        out, vjp = jax.vjp(f, x)
-        w = jnp.where(jnp.isfinite(out), rng.standard_normal(out.shape), 0.0)
-        numeric = (f(x + step * v) - f(x - step * v)) / (2 * step)
-        approx = float(jnp.vdot(jnp.where(w != 0, numeric, 0.0), w))
-        (grad,) = vjp(w)
-        exact = float(jnp.vdot(grad, v))
+        # One program for the whole comparison: one compile per case, where
+        # each operation run eagerly compiled one of its own.
+        @jax.jit
+        def errors(x: Any, v: Any, r: Any) -> tuple[Any, Any]:
+            out, vjp = jax.vjp(f, x)
+            w = jnp.where(jnp.isfinite(out), r, 0.0)
+            numeric = (f(x + step * v) - f(x - step * v)) / (2 * step)
+            (grad,) = vjp(w)
+            return jnp.vdot(jnp.where(w != 0, numeric, 0.0), w), jnp.vdot(grad, v)
+
+        v = rng.standard_normal(x.shape)
+        r = rng.standard_normal(jax.eval_shape(f, x).shape)
+        approx, exact = (float(e) for e in errors(x, v, r))
         return abs(exact - approx) / max(1.0, abs(exact))
 
 
@@ -498,11 +503,15 @@ def _check_unpool(
 
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
-        out, vjp = jax.vjp(
-            jax.jit(lambda v: case.fn(v, jnp.asarray(indices))), jnp.asarray(values)
-        )
-        ct = rng.standard_normal(out.shape).astype(values.dtype)
-        (grad,) = vjp(jnp.asarray(ct))
+        # One program for the unpool and its gradient.
+        @jax.jit
+        def run(v: Any, i: Any, ct: Any) -> tuple[Any, Any]:
+            out, vjp = jax.vjp(lambda v: case.fn(v, i), v)
+            return out, vjp(ct)[0]
+
+        shape = jax.eval_shape(case.fn, values, indices).shape
+        ct = rng.standard_normal(shape).astype(values.dtype)
+        out, grad = run(values, indices, ct)
     n = _mismatches(out, reference.max_unpool(values, indices, spatial))
     row("unpool == oracle (mismatches)", n, n == 0)
     lead = ct.shape[: ct.ndim - case.nd]
