@@ -448,7 +448,7 @@ def stage(
             base_dilation=dilation,
         )
         return values, coordinate, carried, reduce
-    tiles = _tiles(w)
+    tiles = _positions(w) is None
 
     def read(arr: jax.Array) -> jax.Array:
         return window_taps(arr if tiles else whole(arr, (axis,)), w, axis, gathers)
@@ -468,14 +468,11 @@ def stage(
     return values, coordinate, carried, reduce
 
 
-def _positions(w: AxisWindows) -> np.ndarray:
-    """Every window's ``w.taps`` input positions in turn, flat."""
-    return np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
-
-
-def _tiles(w: AxisWindows) -> bool:
-    """Whether the windows ``w`` read the axis's positions in turn."""
-    return np.array_equal(_positions(w), np.arange(w.size))
+def _positions(w: AxisWindows) -> np.ndarray | None:
+    """Every window's ``w.taps`` input positions in turn, flat; None where
+    they are the axis's own positions in turn (the windows tile it)."""
+    positions = np.stack([w.positions(j) for j in range(w.taps)], axis=1).ravel()
+    return None if np.array_equal(positions, np.arange(w.size)) else positions
 
 
 def window_taps(arr: jax.Array, w: AxisWindows, axis: int, gathers: bool) -> jax.Array:
@@ -486,9 +483,9 @@ def window_taps(arr: jax.Array, w: AxisWindows, axis: int, gathers: bool) -> jax
     axis itself, seen so, where the windows tile it; else a copy, a gather
     with ``gathers`` or a concatenate of the axis's contiguous runs."""
     shape = (*arr.shape[:axis], w.out, w.taps, *arr.shape[axis + 1 :])
-    if _tiles(w):
-        return arr.reshape(shape)
     positions = _positions(w)
+    if positions is None:
+        return arr.reshape(shape)
     if gathers:
         return jnp.take(arr, positions, axis=axis).reshape(shape)
     return _read(arr, axis, positions).reshape(shape)

@@ -415,8 +415,9 @@ def _keep(
 
 
 def _select(arr: jax.Array, positions: np.ndarray, axis: int) -> jax.Array:
-    """``arr`` at static ``positions`` along ``axis``: a concatenate of slices
-    (a copy; :func:`_two_size_pass` picks this few)."""
+    """``arr`` at static ``positions`` along ``axis``: a concatenate of slices,
+    one a position (:func:`_two_size_pass` picks so at most
+    :data:`FEW_TAPS` windows)."""
     rows = [lax.slice_in_dim(arr, int(p), int(p) + 1, axis=axis) for p in positions]
     return lax.concatenate(rows, axis)
 
